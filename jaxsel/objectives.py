@@ -1,0 +1,241 @@
+"""Monotone submodular objectives as pure pytrees.
+
+Shape legend: Q queries, N candidates (= items to cover), M a block of candidates.
+
+Every objective is a `flax.struct.dataclass` whose array fields are pytree leaves, so a
+whole objective passes through `jax.jit` and `jax.vmap` (a batch of objectives is the
+same class with a leading axis on every leaf). The interface mirrors optax's
+`(init, update)` pairs:
+
+* `init()` -> state: the incremental state of the empty set;
+* `gains(state, idx=None)` -> `[N]` (or `[M]` for `idx` `[M]`): marginal gains
+  `f(S + j) - f(S)` of every candidate (or of a block), in one pass over the data;
+* `update(state, j)` -> state after adding candidate `j`;
+* `state_value(state)` -> `f(S)`; `value(selected)` -> `f` of any bool mask `[N]`.
+
+Similarities must be non-negative: with negative entries these functions are neither
+monotone nor submodular. Use `nonnegative` (or `cosine_similarity`, which clips by default).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxsel import _checks
+
+Array = jax.Array
+
+_NEG_FIX = ("Make them non-negative first, e.g. `jaxsel.nonnegative(x, method='clip')`, or "
+            "build them with `jaxsel.cosine_similarity` (clips by default).")
+
+
+def nonnegative(x, *, method: str = "clip") -> Array:
+  """Maps similarities to non-negative values, as the submodular guarantee needs.
+
+  Methods:
+    * ``"clip"`` (the default): ``max(x, 0)``. Positive similarities keep their value,
+      so relevance × similarity products and saturation thresholds stay in cosine units,
+      and anti-correlated items count as unrelated rather than as slightly related.
+    * ``"shift"``: ``(x + 1) / 2``, maps cosines from ``[-1, 1]`` to ``[0, 1]``. Keeps the
+      order of all pairs, but every pair then looks at least half similar.
+    * ``"minmax"``: ``(x - min) / (max - min)`` over the whole array. Scale-free, but a value
+      then depends on every other entry of the matrix.
+    * ``"square"``: ``x ** 2``, the similarity apricot uses for ``metric="cosine"``.
+  """
+  x = jnp.asarray(x)
+  if method == "clip":
+    return jnp.maximum(x, 0)
+  if method == "shift":
+    return (x + 1) / 2
+  if method == "minmax":
+    lo, hi = jnp.min(x), jnp.max(x)
+    return (x - lo) / jnp.where(hi > lo, hi - lo, 1)
+  if method == "square":
+    return x * x
+  raise ValueError(f"Unknown `method` {method!r}; use one of 'clip', 'shift', 'minmax', 'square'.")
+
+
+def cosine_similarity(a, b=None, *, nonneg: Optional[str] = "clip", eps: float = 1e-12) -> Array:
+  """Cosine similarity between the rows of `a` `[..., N, D]` and of `b` `[..., M, D]`.
+
+  With `b=None` it is `a` against itself, `[..., N, N]`. `nonneg` is passed to
+  `nonnegative` as its method (default ``"clip"``); ``None`` keeps raw cosines in ``[-1, 1]``.
+  """
+  a = _checks.as_float_array(a, "a")
+  if a.ndim < 2:
+    raise ValueError(f"`a` must be [..., N, D] (rows are vectors), got shape {a.shape}.")
+  _checks.check_finite(a, "a")
+  if b is None:
+    b = a
+  else:
+    b = _checks.as_float_array(b, "b")
+    if b.ndim < 2 or b.shape[-1] != a.shape[-1]:
+      raise ValueError(f"`b` must be [..., M, {a.shape[-1]}] to match `a`'s dimension, got {b.shape}.")
+    _checks.check_finite(b, "b")
+  an = a / jnp.maximum(jnp.linalg.norm(a, axis=-1, keepdims=True), eps)
+  bn = b / jnp.maximum(jnp.linalg.norm(b, axis=-1, keepdims=True), eps)
+  sim = jnp.einsum("...nd,...md->...nm", an, bn, precision=jax.lax.Precision.HIGHEST)
+  return sim if nonneg is None else nonnegative(sim, method=nonneg)
+
+
+class CoverState(NamedTuple):
+  """Incremental state of facility location / coverage."""
+  cover: Array  # [Q, N] max_{j in S} r_qj * s_ij (0 for the empty set)
+
+
+class SaturationState(NamedTuple):
+  """Incremental state of saturated coverage."""
+  best: Array  # [N] max_{j in S} s_ij (0 for the empty set)
+
+
+def _gather_rows(sim_t: Array, idx: Optional[Array]) -> Array:
+  return sim_t if idx is None else jnp.take(sim_t, idx, axis=0)
+
+
+@struct.dataclass
+class FacilityLocation:
+  """`f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`; coverage is the case `Q = 1, r = 1`.
+
+  Build it with `jaxsel.facility_location` or `jaxsel.coverage`.
+  """
+  sim_t: Array  # [N, N] candidate-major: sim_t[j, i] = s_ij, zero on invalid rows/columns
+  relevance: Optional[Array]  # [Q, N] r_qj (zero on invalid j), or None for coverage
+  valid: Array  # [N] bool
+
+  @property
+  def num_candidates(self) -> int:
+    return self.sim_t.shape[-1]
+
+  def init(self) -> CoverState:
+    q = 1 if self.relevance is None else self.relevance.shape[-2]
+    return CoverState(jnp.zeros((q, self.num_candidates), self.sim_t.dtype))
+
+  def gains(self, state: CoverState, idx: Optional[Array] = None) -> Array:
+    rows = _gather_rows(self.sim_t, idx)  # [M, N]
+    if self.relevance is None:
+      # Reduce along the contiguous (item) axis: one streaming pass over the rows.
+      return jnp.sum(jax.nn.relu(rows - state.cover[0]), axis=-1)
+    r = self.relevance if idx is None else jnp.take(self.relevance, idx, axis=-1)  # [Q, M]
+    return jnp.sum(jax.nn.relu(r.T[:, :, None] * rows[:, None, :] - state.cover[None]), axis=(-2, -1))
+
+  def update(self, state: CoverState, j: Array) -> CoverState:
+    row = self.sim_t[j]  # [N]
+    contrib = row[None] if self.relevance is None else self.relevance[:, j, None] * row[None]
+    return CoverState(jnp.maximum(state.cover, contrib))
+
+  def state_value(self, state: CoverState) -> Array:
+    return jnp.sum(state.cover)
+
+  def value(self, selected: Array) -> Array:
+    """`f` of a bool mask `[N]`; invalid candidates in the mask are ignored."""
+    sel = jnp.asarray(selected, bool) & self.valid
+    r = jnp.ones((1, self.num_candidates), self.sim_t.dtype) if self.relevance is None else self.relevance
+    contrib = jnp.where(sel[None, :, None], r[:, :, None] * self.sim_t[None], 0)  # [Q, N(j), N(i)]
+    return jnp.sum(jnp.max(contrib, axis=1, initial=0))
+
+
+@struct.dataclass
+class SaturatedCoverage:
+  """`f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`: item i needs only r_qi of coverage.
+
+  Build it with `jaxsel.saturated_coverage`.
+  """
+  sim_t: Array  # [N, N] candidate-major, zero on invalid rows/columns
+  relevance: Array  # [Q, N] r_qi, the saturation level of item i (zero on invalid i)
+  valid: Array  # [N] bool
+
+  @property
+  def num_candidates(self) -> int:
+    return self.sim_t.shape[-1]
+
+  def init(self) -> SaturationState:
+    return SaturationState(jnp.zeros((self.num_candidates,), self.sim_t.dtype))
+
+  def gains(self, state: SaturationState, idx: Optional[Array] = None) -> Array:
+    rows = _gather_rows(self.sim_t, idx)  # [M, N]
+    capped = jnp.minimum(self.relevance, state.best[None])  # [Q, N]
+    return jnp.sum(
+        jax.nn.relu(jnp.minimum(self.relevance[None], rows[:, None, :]) - capped[None]), axis=(-2, -1))
+
+  def update(self, state: SaturationState, j: Array) -> SaturationState:
+    return SaturationState(jnp.maximum(state.best, self.sim_t[j]))
+
+  def state_value(self, state: SaturationState) -> Array:
+    return jnp.sum(jnp.minimum(self.relevance, state.best[None]))
+
+  def value(self, selected: Array) -> Array:
+    sel = jnp.asarray(selected, bool) & self.valid
+    best = jnp.max(jnp.where(sel[:, None], self.sim_t, 0), axis=0, initial=0)
+    return self.state_value(SaturationState(best))
+
+
+def _prepare(similarity, relevance, valid, *, need_relevance: bool):
+  """Validates inputs; returns candidate-major similarity, [.., Q, N] relevance and mask."""
+  sim = _checks.as_float_array(similarity, "similarity")
+  if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
+    raise ValueError(
+        f"`similarity` must be square, [N, N] (or [..., N, N] for a batch), got shape {sim.shape}.")
+  n = sim.shape[-1]
+  batch = sim.shape[:-2]
+  _checks.check_finite(sim, "similarity")
+  _checks.check_nonnegative(sim, "similarity", _NEG_FIX)
+  v = _checks.check_valid(valid, n, batch_shape=batch)
+  rel = None
+  if relevance is None:
+    if need_relevance:
+      raise TypeError("`relevance` is required: [Q, N] query–candidate relevance, or [N] for one query.")
+  else:
+    rel = _checks.as_float_array(relevance, "relevance")
+    if rel.ndim == sim.ndim - 1:
+      rel = rel[..., None, :]
+    if rel.ndim != sim.ndim or rel.shape[-1] != n or rel.shape[:-2] != batch:
+      raise ValueError(
+          f"`relevance` must be [Q, {n}] or [{n}] (with the same leading batch axes as "
+          f"`similarity` {sim.shape}), got {jnp.shape(relevance)}.")
+    _checks.check_finite(rel, "relevance")
+    _checks.check_nonnegative(rel, "relevance", _NEG_FIX)
+    rel = rel.astype(sim.dtype)
+  sim_t = jnp.swapaxes(sim, -1, -2)
+  if valid is not None:
+    both = v[..., :, None] & v[..., None, :]
+    sim_t = jnp.where(both, sim_t, 0)
+    if rel is not None:
+      rel = jnp.where(v[..., None, :], rel, 0)
+  return sim_t, rel, v
+
+
+def facility_location(similarity, relevance=None, *, valid=None) -> FacilityLocation:
+  """Multi-query facility location `f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`.
+
+  Args:
+    similarity: `[N, N]` non-negative, `s_ij` = how well candidate j represents item i
+      (rows are the covered items, columns the candidates; symmetric for cosine).
+    relevance: `[Q, N]` (or `[N]`) non-negative query–candidate relevance `r_qj`;
+      `None` gives plain coverage.
+    valid: bool `[N]`; padded candidates are never selected and never counted.
+  Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.
+  """
+  sim_t, rel, v = _prepare(similarity, relevance, valid, need_relevance=False)
+  return FacilityLocation(sim_t=sim_t, relevance=rel, valid=v)
+
+
+def coverage(similarity, *, valid=None) -> FacilityLocation:
+  """Text selection: `f(S) = Σ_i max_{j∈S} sim_ij`. `similarity` `[N, N]`, `valid` `[N]`."""
+  return facility_location(similarity, None, valid=valid)
+
+
+def saturated_coverage(similarity, relevance, *, valid=None) -> SaturatedCoverage:
+  """Saturated coverage `f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`.
+
+  Args:
+    similarity: `[N, N]` non-negative passage–passage similarity.
+    relevance: `[Q, N]` (or `[N]`) non-negative; item i is worth at most `r_qi` to query q,
+      so once an item is covered that well, more of it adds nothing.
+    valid: bool `[N]`.
+  """
+  sim_t, rel, v = _prepare(similarity, relevance, valid, need_relevance=True)
+  return SaturatedCoverage(sim_t=sim_t, relevance=rel, valid=v)
