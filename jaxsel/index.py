@@ -1,0 +1,317 @@
+"""The embedded default vector store: exact top-k by inner product, on device, saved to disk.
+
+Shape legend: N stored vectors, D dimension, Q queries, K hits per query, S device shards.
+
+Embeddings are L2-normalised when added, so the inner product is cosine similarity. Search is
+one jit-compiled function: scores `[Q, N]` by a matrix product, then exact `lax.top_k` in two
+stages (per shard, then over the `S·K` survivors), which is exact and lets the vectors live
+sharded along N over a 1-D device `Mesh` when there are several devices. Storage grows by
+doubling, so adding vectors recompiles the search only a logarithmic number of times.
+
+On disk an index is a folder:
+
+* `index.json`: the manifest (format, dimension, count, file names, SHA-256 of each file, user
+  `info` such as the encoder that made the vectors);
+* `vectors-<generation>.safetensors`: the `[N, D]` float32 embeddings;
+* `records-<generation>.jsonl`: one JSON object per vector, `{"text": ..., "metadata": ...}`.
+
+A save writes and fsyncs the new generation's files, then replaces the manifest with one atomic
+`os.replace`; only then are the old generation's files removed. A crash at any point leaves either
+the old index or the new one, both complete.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from safetensors.numpy import load as st_load, save as st_save
+
+from jaxsel import _checks
+
+Array = jax.Array
+
+FORMAT = "jaxsel-index"
+VERSION = 1
+MANIFEST = "index.json"
+_MIN_CAPACITY = 64
+
+
+class SearchHits(NamedTuple):
+  """Top-k hits, best first. `[K]` fields for one query, `[Q, K]` for a batch."""
+  scores: Array  # [Q, K] cosine similarity, -inf where there are fewer than K vectors
+  indices: Array  # [Q, K] int32 row of each hit in the index, -1 where there is none
+
+
+def normalize(x: Array, eps: float = 1e-12) -> Array:
+  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "shards"))
+def top_k_inner_product(vectors: Array, count: Array, queries: Array, *, k: int,
+                        shards: int = 1) -> SearchHits:
+  """Exact top-k of `queries [Q, D] @ vectors[:count].T`; rows from `count` on are padding.
+
+  `vectors` `[N, D]` may be sharded along N in `shards` equal blocks: each block keeps its own
+  top-k first, so only `S·K` scores per query meet in the final `lax.top_k`. Ties go to the
+  lower row, as in one `lax.top_k` over all rows.
+  """
+  n = vectors.shape[0]
+  q = queries.shape[0]
+  scores = jnp.einsum("qd,nd->qn", queries, vectors, precision=lax.Precision.HIGHEST)
+  scores = jnp.where(jnp.arange(n) < count, scores, -jnp.inf)
+  per = n // shards
+  kk = min(k, per)
+  top, idx = lax.top_k(scores.reshape(q, shards, per), kk)  # [Q, S, kk]
+  idx = idx + (jnp.arange(shards) * per)[:, None]
+  top, pos = lax.top_k(top.reshape(q, shards * kk), k)
+  idx = jnp.take_along_axis(idx.reshape(q, shards * kk), pos, axis=-1)
+  return SearchHits(top, jnp.where(top > -jnp.inf, idx, -1).astype(jnp.int32))
+
+
+@jax.jit
+def _write_rows(vectors: Array, rows: Array, start: Array) -> Array:
+  return lax.dynamic_update_slice(vectors, rows.astype(vectors.dtype), (start, 0))
+
+
+class VectorIndex:
+  """Exact vector index over normalised embeddings, with texts and metadata per vector.
+
+  Example:
+    >>> index = VectorIndex(dim=384)
+    >>> index.add(passage_embeddings, texts=passages)          # [N, 384]
+    >>> hits = index.search(query_embeddings, k=10)           # SearchHits [Q, 10]
+    >>> index.save("my.index"); index = VectorIndex.load("my.index")
+
+  Args:
+    dim: embedding dimension D.
+    mesh: a 1-D `jax.sharding.Mesh` to shard the vectors along N. Default: all devices when
+      there are several (`jax.devices()`), none with one device.
+    info: JSON-serialisable facts about the index saved with it (e.g. the encoder's name).
+  """
+
+  def __init__(self, dim: int, *, mesh: Optional[Mesh] = None, info: Optional[dict] = None):
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+      raise ValueError(f"`dim` must be a positive int (the embedding dimension), got {dim!r}.")
+    self.dim = int(dim)
+    if mesh is None and jax.device_count() > 1:
+      mesh = Mesh(np.asarray(jax.devices()), ("n",))
+    if mesh is not None and len(mesh.axis_names) != 1:
+      raise ValueError(f"`mesh` must be 1-D (one axis to shard N over), got axes {mesh.axis_names}.")
+    self.mesh = mesh
+    self.info = dict(info or {})
+    self.texts: list = []
+    self.metadata: list = []
+    self._count = 0
+    self._vectors = self._place(np.zeros((self._round(_MIN_CAPACITY), self.dim), np.float32))
+
+  # -- storage ---------------------------------------------------------------------------------
+  @property
+  def shards(self) -> int:
+    return 1 if self.mesh is None else self.mesh.devices.size
+
+  def _round(self, n: int) -> int:
+    s = self.shards
+    return -(-max(n, 1) // s) * s
+
+  def _place(self, x) -> Array:
+    if self.mesh is None:
+      return jnp.asarray(x)
+    return jax.device_put(x, NamedSharding(self.mesh, P(self.mesh.axis_names[0], None)))
+
+  def __len__(self) -> int:
+    return self._count
+
+  @property
+  def capacity(self) -> int:
+    return self._vectors.shape[0]
+
+  @property
+  def embeddings(self) -> Array:
+    """The stored, normalised embeddings, `[N, D]`."""
+    return self._vectors[:self._count]
+
+  def __repr__(self) -> str:
+    return f"VectorIndex(dim={self.dim}, size={self._count}, shards={self.shards})"
+
+  def add(self, embeddings, texts: Optional[Sequence[str]] = None,
+          metadata: Optional[Sequence[Any]] = None) -> np.ndarray:
+    """Adds `embeddings` `[M, D]` (normalised here) with optional texts and metadata.
+
+    Returns the `[M]` row ids they got. Texts and metadata must be JSON-serialisable.
+    """
+    x = _checks.as_float_array(embeddings, "embeddings")
+    if x.ndim == 1:
+      x = x[None]
+    if x.ndim != 2 or x.shape[1] != self.dim:
+      raise ValueError(f"`embeddings` must be [M, {self.dim}] for this index of dimension "
+                       f"{self.dim}, got shape {tuple(x.shape)}.")
+    _checks.check_finite(x, "embeddings")
+    m = x.shape[0]
+    if m and bool((jnp.linalg.norm(x, axis=-1) == 0).any()):
+      raise ValueError("`embeddings` has an all-zero row, which has no direction to normalise.")
+    texts = [None] * m if texts is None else list(texts)
+    metadata = [None] * m if metadata is None else list(metadata)
+    for name, v in (("texts", texts), ("metadata", metadata)):
+      if len(v) != m:
+        raise ValueError(f"`{name}` must have one entry per embedding: {len(v)} for {m}.")
+    for i, t in enumerate(texts):
+      if t is not None and not isinstance(t, str):
+        raise TypeError(f"`texts[{i}]` must be a str or None, got {type(t).__name__}.")
+    try:
+      json.dumps(metadata)
+    except TypeError as e:
+      raise TypeError(f"`metadata` must be JSON-serialisable to be saved: {e}") from None
+    if m == 0:
+      return np.zeros((0,), np.int64)
+    need = self._count + m
+    if need > self.capacity:
+      cap = self.capacity
+      while cap < need:
+        cap *= 2
+      grown = np.zeros((self._round(cap), self.dim), np.float32)
+      grown[:self._count] = np.asarray(self.embeddings)
+      self._vectors = self._place(grown)
+    self._vectors = _write_rows(self._vectors, normalize(x.astype(jnp.float32)),
+                                jnp.asarray(self._count, jnp.int32))
+    ids = np.arange(self._count, need)
+    self._count = need
+    self.texts += texts
+    self.metadata += metadata
+    return ids
+
+  # -- search ----------------------------------------------------------------------------------
+  def search(self, queries, k: int) -> SearchHits:
+    """Exact top-`k` rows by cosine similarity. `queries` `[D]` gives `[K]` fields, `[Q, D]`
+    gives `[Q, K]`. Missing hits (k > size) are -1 with score -inf."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+      raise ValueError(f"`k` must be a positive int, got {k!r}.")
+    x = _checks.as_float_array(queries, "queries")
+    single = x.ndim == 1
+    if single:
+      x = x[None]
+    if x.ndim != 2 or x.shape[1] != self.dim:
+      raise ValueError(f"`queries` must be [Q, {self.dim}] (or [{self.dim}]) to match the index "
+                       f"dimension {self.dim}, got shape {tuple(jnp.shape(queries))}. Embed the "
+                       "queries with the encoder that built the index.")
+    _checks.check_finite(x, "queries")
+    k = int(k)
+    if k > self.capacity:  # top_k needs k <= rows; grow the padding instead of failing
+      grown = np.zeros((self._round(k), self.dim), np.float32)
+      grown[:self._count] = np.asarray(self.embeddings)
+      self._vectors = self._place(grown)
+    hits = top_k_inner_product(self._vectors, jnp.asarray(self._count, jnp.int32),
+                               normalize(x.astype(jnp.float32)), k=k, shards=self.shards)
+    return SearchHits(hits.scores[0], hits.indices[0]) if single else hits
+
+  # -- persistence -----------------------------------------------------------------------------
+  def save(self, path) -> Path:
+    """Saves to folder `path` atomically (see the module docstring); returns the path."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+      raise ValueError(f"`path` {str(path)!r} is a file; an index is saved as a folder.")
+    path.mkdir(parents=True, exist_ok=True)
+    old = _read_manifest(path) if (path / MANIFEST).exists() else None
+    gen = 1 + (old["generation"] if old and isinstance(old.get("generation"), int) else 0)
+    vectors_name, records_name = f"vectors-{gen:06d}.safetensors", f"records-{gen:06d}.jsonl"
+    vec_bytes = st_save({"embeddings": np.asarray(self.embeddings, np.float32)},
+                        metadata={"format": FORMAT})
+    rec_bytes = "".join(
+        json.dumps({"text": t, "metadata": m}, ensure_ascii=False) + "\n"
+        for t, m in zip(self.texts, self.metadata)).encode("utf-8")
+    _atomic_write(path / vectors_name, vec_bytes)
+    _atomic_write(path / records_name, rec_bytes)
+    manifest = {
+        "format": FORMAT, "version": VERSION, "generation": gen, "dim": self.dim,
+        "count": self._count, "vectors": vectors_name, "records": records_name,
+        "sha256": {vectors_name: hashlib.sha256(vec_bytes).hexdigest(),
+                   records_name: hashlib.sha256(rec_bytes).hexdigest()},
+        "info": self.info,
+    }
+    _atomic_write(path / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode("utf-8"))
+    for f in path.iterdir():  # the old generation, and leftovers of interrupted saves
+      if f.name not in (MANIFEST, vectors_name, records_name) and (
+          f.name.startswith(("vectors-", "records-", ".tmp-"))):
+        f.unlink(missing_ok=True)
+    return path
+
+  @classmethod
+  def load(cls, path, *, mesh: Optional[Mesh] = None) -> "VectorIndex":
+    """Loads an index saved by `save`; checks sizes and checksums and names a corrupt file."""
+    path = Path(path)
+    if not (path / MANIFEST).is_file():
+      raise FileNotFoundError(f"No jaxsel index at {str(path)!r} (missing {MANIFEST}); build one "
+                              "with `VectorIndex.save` or `jaxsel index build`.")
+    man = _read_manifest(path)
+    blobs = {}
+    for key in ("vectors", "records"):
+      f = path / man[key]
+      if not f.is_file():
+        raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} named in {MANIFEST} is missing.")
+      blobs[key] = f.read_bytes()
+      if hashlib.sha256(blobs[key]).hexdigest() != man["sha256"].get(man[key]):
+        raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} does not match its checksum "
+                         f"in {MANIFEST} (truncated or modified); rebuild the index.")
+    try:
+      vectors = st_load(blobs["vectors"])["embeddings"]
+      records = [json.loads(line) for line in blobs["records"].decode("utf-8").splitlines()]
+    except Exception as e:  # checksums matched, so the writer itself was broken
+      raise ValueError(f"Corrupt index {str(path)!r}: cannot parse its files ({e}).") from None
+    if vectors.shape != (man["count"], man["dim"]) or len(records) != man["count"]:
+      raise ValueError(f"Corrupt index {str(path)!r}: {MANIFEST} says {man['count']} vectors of "
+                       f"dimension {man['dim']}, files hold {vectors.shape} and {len(records)} records.")
+    index = cls(man["dim"], mesh=mesh, info=man.get("info"))
+    n = man["count"]
+    if n:
+      padded = np.zeros((index._round(max(n, _MIN_CAPACITY)), index.dim), np.float32)
+      padded[:n] = vectors
+      index._vectors = index._place(padded)
+      index._count = n
+      index.texts = [r.get("text") for r in records]
+      index.metadata = [r.get("metadata") for r in records]
+    return index
+
+
+def _read_manifest(path: Path) -> dict:
+  try:
+    man = json.loads((path / MANIFEST).read_text("utf-8"))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"Corrupt index {str(path)!r}: {MANIFEST} is not valid JSON ({e}).") from None
+  if not isinstance(man, dict) or man.get("format") != FORMAT:
+    raise ValueError(f"{str(path / MANIFEST)!r} is not a jaxsel index manifest.")
+  if man.get("version") != VERSION:
+    raise ValueError(f"Index {str(path)!r} has format version {man.get('version')}; this jaxsel "
+                     f"reads version {VERSION}.")
+  missing = [k for k in ("dim", "count", "vectors", "records", "sha256") if k not in man]
+  if missing:
+    raise ValueError(f"Corrupt index {str(path)!r}: {MANIFEST} lacks {', '.join(missing)}.")
+  return man
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+  """Writes `data` to `path` so that readers see either the old file or all of the new one."""
+  tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+  with open(tmp, "wb") as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  try:  # make the rename itself durable
+    fd = os.open(path.parent, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
