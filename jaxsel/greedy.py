@@ -25,6 +25,7 @@ Array = jax.Array
 
 UNSELECTED = -1
 METHODS = ("dense", "lazy", "stochastic")
+_SLACK = 1e-5  # relative; far above float32 reordering error, far below real gaps
 
 
 class Selection(NamedTuple):
@@ -85,7 +86,10 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
     j = jnp.argmax(best_fresh)
     star = best_fresh[j]
     rest = jnp.where(avail & ~fresh, bound, -jnp.inf)
-    blocked = (rest > -jnp.inf) & ((rest > star) | ((rest == star) & (ids < j)))
+    # Blocks of different sizes may reduce in a different order, so a bound can sit a few
+    # ulps below a fresh value: any stale bound within that slack of the winner is re-evaluated.
+    slack = jnp.where(jnp.isfinite(star), _SLACK * jnp.abs(star), 0)
+    blocked = (rest > -jnp.inf) & ((rest >= star - slack) | ((rest == star) & (ids < j)))
     return bound, fresh, gain, ~jnp.any(blocked)
 
   init = (bound, jnp.zeros(n, bool), jnp.zeros(n, bound.dtype), ~jnp.any(avail))
@@ -150,6 +154,8 @@ def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
     return _Carry(c.step + 1, stop | (c.step + 1 >= k), state,
                   c.selected.at[j].set(c.selected[j] | take), bound, spent, key, s)
 
+  if k == 0 or n == 0:  # nothing to pick: empty arrays, count 0
+    return sel0
   out = lax.while_loop(lambda c: ~c.done, body, carry)
   return out.sel
 

@@ -1,0 +1,140 @@
+"""Objectives against the NumPy definitions; monotonicity and submodularity."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import jaxsel
+import reference as ref
+
+
+def _instance(n, q=2, d=8, seed=0, pad=0):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, d)).astype(np.float32)
+  sim = np.asarray(jaxsel.cosine_similarity(x))
+  rel = rng.random((q, n)).astype(np.float32)
+  valid = np.ones(n, bool)
+  if pad:
+    valid[rng.choice(n, size=min(pad, n), replace=False)] = False
+  return sim, rel, valid
+
+
+def _make(kind, sim, rel, valid):
+  if kind == "coverage":
+    return jaxsel.coverage(sim, valid=valid), lambda m: ref.fl_value(sim, None, m, valid)
+  if kind == "facility_location":
+    return (jaxsel.facility_location(sim, rel, valid=valid),
+            lambda m: ref.fl_value(sim, rel, m, valid))
+  return (jaxsel.saturated_coverage(sim, rel, valid=valid),
+          lambda m: ref.sc_value(sim, rel, m, valid))
+
+
+KINDS = ["coverage", "facility_location", "saturated_coverage"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n", [1, 2, 5, 50])
+def test_value_gains_update_match_reference(kind, n):
+  sim, rel, valid = _instance(n, seed=n, pad=n // 5)
+  obj, f = _make(kind, sim, rel, valid)
+  rng = np.random.default_rng(1)
+  order = rng.permutation(n)[: min(n, 6)]
+  state = obj.init()
+  mask = np.zeros(n, bool)
+  for j in order:
+    g = np.asarray(obj.gains(state))
+    for c in range(n):
+      t = mask.copy()
+      t[c] = True
+      np.testing.assert_allclose(g[c], f(t) - f(mask), rtol=1e-5, atol=1e-5)
+    idx = jnp.asarray(rng.permutation(n)[: max(1, n // 2)], jnp.int32)
+    np.testing.assert_allclose(obj.gains(state, idx), g[np.asarray(idx)], rtol=1e-6, atol=1e-6)
+    state = obj.update(state, j)
+    mask[j] = True
+    np.testing.assert_allclose(obj.state_value(state), f(mask), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(obj.value(mask), f(mask), rtol=1e-5, atol=1e-5)
+
+
+def test_value_of_large_instance_and_jit_agree():
+  sim, rel, valid = _instance(300, q=3, seed=3, pad=17)
+  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  mask = np.random.default_rng(0).random(300) < 0.1
+  expect = ref.fl_value(sim, rel, mask, valid)
+  np.testing.assert_allclose(obj.value(mask), expect, rtol=1e-5)
+  np.testing.assert_allclose(jax.jit(lambda o, m: o.value(m))(obj, mask), expect, rtol=1e-5)
+
+
+def test_relevance_vector_is_one_query_and_none_is_coverage():
+  sim, rel, _ = _instance(7)
+  mask = np.array([1, 0, 1, 0, 0, 1, 0], bool)
+  a = jaxsel.facility_location(sim, rel[0]).value(mask)
+  b = jaxsel.facility_location(sim, rel[:1]).value(mask)
+  np.testing.assert_allclose(a, b)
+  np.testing.assert_allclose(jaxsel.facility_location(sim).value(mask), jaxsel.coverage(sim).value(mask))
+
+
+def test_objectives_pass_through_vmap_with_leading_axis():
+  sims = np.stack([_instance(6, seed=s)[0] for s in range(3)])
+  objs = jaxsel.coverage(sims)  # a batch of objectives: every leaf has a leading [3]
+  masks = np.random.default_rng(0).random((3, 6)) < 0.5
+  got = jax.vmap(lambda o, m: o.value(m))(objs, masks)
+  want = [ref.fl_value(sims[b], None, masks[b]) for b in range(3)]
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_cosine_similarity_and_nonnegative():
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(size=(4, 5)), rng.normal(size=(3, 5))
+  raw = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+  np.testing.assert_allclose(jaxsel.cosine_similarity(a, b, nonneg=None), raw, atol=1e-6)
+  np.testing.assert_allclose(jaxsel.cosine_similarity(a, b), np.maximum(raw, 0), atol=1e-6)
+  np.testing.assert_allclose(jaxsel.nonnegative(raw, method="shift"), (raw + 1) / 2, atol=1e-6)
+  np.testing.assert_allclose(jaxsel.nonnegative(raw, method="square"), raw**2, atol=1e-6)
+  mm = np.asarray(jaxsel.nonnegative(raw, method="minmax"))
+  assert mm.min() == 0 and abs(mm.max() - 1) < 1e-6
+  with pytest.raises(ValueError, match="method"):
+    jaxsel.nonnegative(raw, method="abs")
+
+
+@st.composite
+def _nested_sets(draw):
+  n = draw(st.integers(2, 8))
+  seed = draw(st.integers(0, 10_000))
+  kind = draw(st.sampled_from(KINDS))
+  b = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+  a = [x and draw(st.booleans()) for x in b]  # A ⊆ B
+  j = draw(st.integers(0, n - 1))
+  return n, seed, kind, np.array(a), np.array(b), j
+
+
+@given(_nested_sets())
+def test_monotone_and_submodular(case):
+  n, seed, kind, a, b, j = case
+  sim, rel, valid = _instance(n, seed=seed)
+  obj, _ = _make(kind, sim, rel, valid)
+  fa, fb = float(obj.value(a)), float(obj.value(b))
+  aj, bj = a.copy(), b.copy()
+  aj[j] = bj[j] = True
+  faj, fbj = float(obj.value(aj)), float(obj.value(bj))
+  assert fb >= fa - 1e-5  # monotone
+  assert faj - fa >= fbj - fb - 1e-5  # diminishing returns
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda: jaxsel.coverage(np.ones((3, 4))), "square"),
+    (lambda: jaxsel.coverage(np.ones(3)), "square"),
+    (lambda: jaxsel.coverage(np.array([[1.0, np.nan], [0.0, 1.0]])), "NaN"),
+    (lambda: jaxsel.coverage(np.array([[1.0, -0.5], [-0.5, 1.0]])), "nonnegative"),
+    (lambda: jaxsel.facility_location(np.eye(3), np.ones((2, 4))), "relevance"),
+    (lambda: jaxsel.facility_location(np.eye(3), np.array([1.0, np.inf, 0.0])), "relevance"),
+    (lambda: jaxsel.saturated_coverage(np.eye(3), None), "relevance"),
+    (lambda: jaxsel.coverage(np.eye(3), valid=np.ones(3)), "bool"),
+    (lambda: jaxsel.coverage(np.eye(3), valid=np.ones(4, bool)), "valid"),
+    (lambda: jaxsel.coverage("abc"), "array"),
+    (lambda: jaxsel.cosine_similarity(np.ones(3)), "N, D"),
+])
+def test_bad_input_errors(bad, match):
+  with pytest.raises((ValueError, TypeError), match=match):
+    bad()
