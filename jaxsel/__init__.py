@@ -16,6 +16,14 @@ from jaxsel.objectives import (
     saturated_coverage,
 )
 from jaxsel.greedy import UNSELECTED, Selection, greedy, saturation_point
+from jaxsel.encoders import (
+    CrossEncoder,
+    EncoderConfig,
+    SentenceEncoder,
+    TokenEmbeddings,
+    load_cross_encoder,
+    load_encoder,
+)
 
 __version__ = "0.1.0"
 
@@ -33,4 +41,10 @@ __all__ = [
     "nonnegative",
     "saturated_coverage",
     "saturation_point",
+    "CrossEncoder",
+    "EncoderConfig",
+    "SentenceEncoder",
+    "TokenEmbeddings",
+    "load_cross_encoder",
+    "load_encoder",
 ]
