@@ -24,6 +24,19 @@ from jaxsel.encoders import (
     load_cross_encoder,
     load_encoder,
 )
+from jaxsel.scorers import (
+    Scorer,
+    cross_encoder_scorer,
+    embedding_scorer,
+    link_scorer,
+    objective_scorer,
+    pairwise_scorer,
+    relevance_scorer,
+    title_links,
+    weighted_sum,
+)
+from jaxsel.search import SearchResult, Tree, corag_search
+from jaxsel.baselines import exhaustive_search, mmr, naive_rag
 
 __version__ = "0.1.0"
 
@@ -47,4 +60,19 @@ __all__ = [
     "TokenEmbeddings",
     "load_cross_encoder",
     "load_encoder",
+    "Scorer",
+    "SearchResult",
+    "Tree",
+    "corag_search",
+    "cross_encoder_scorer",
+    "embedding_scorer",
+    "exhaustive_search",
+    "link_scorer",
+    "mmr",
+    "naive_rag",
+    "objective_scorer",
+    "pairwise_scorer",
+    "relevance_scorer",
+    "title_links",
+    "weighted_sum",
 ]

@@ -1,0 +1,303 @@
+"""CORAG: Monte-Carlo tree search over ordered chunk combinations under a token budget.
+
+Shape legend: N candidate chunks, T = `max_depth` positions, M = `1 + iterations · N` nodes.
+
+The policy tree (Wang et al. 2024, "CORAG", arXiv 2411.00744) has the empty combination at the
+root; a child appends one unused chunk to its parent's order. Every iteration
+
+1. descends from the root, at each node to the child of highest utility
+   `U(v) = V(v)/N(v) + c · sqrt(ln N(parent) / N(v)) − λ · cost(v)/B`,
+   until it reaches a node that has not been expanded;
+2. expands that leaf with **all** its children (every unused valid chunk whose cost still fits
+   the budget B), scoring them in **one** batched scorer call; each child starts with one
+   visit and its own value;
+3. backs a reward up the path to the root: every node on it gains one visit and the reward,
+   the best child's value (`backup="max"`, the paper's rule) or the mean of the children's
+   values (`backup="mean"`, a smoother estimate when values are noisy).
+
+A node that cannot grow (depth T, or no unused chunk fits) is *exhausted*, and so is a node
+whose children are all exhausted; the descent skips exhausted children, so no iteration is
+spent re-visiting a finished branch, and the search stops early once the whole tree is built
+(then it has scored every ordered combination within the budget and depth: it is exact).
+
+The answer is the best-valued node anywhere in the tree (every node fits the budget by
+construction, so the budget is never exceeded). The empty combination is the answer only when
+no single chunk fits. Ties go to the node created first (fewer chunks, lower indices), so the
+search is deterministic.
+
+Everything is fixed-shape arrays in `lax` loops: the children of the `e`-th expansion occupy
+the block `1 + e·N … 1 + e·N + N − 1`, slot `j` holding chunk `j` (a non-fitting chunk leaves
+its slot empty, `exists = False`). `jax.vmap` the search over a batch of queries.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax import lax
+
+from jaxsel import _checks
+
+Array = jax.Array
+
+UNUSED = -1
+BACKUPS = ("max", "mean")
+
+
+@struct.dataclass
+class Tree:
+  """The policy tree of one search (leading `[B]` axis on every array under `vmap`)."""
+  parent: Array  # [M] int32 parent node, -1 for the root and empty slots
+  chunk: Array  # [M] int32 chunk the node appends, -1 for the root
+  depth: Array  # [M] int32 number of chunks in the node's order
+  visits: Array  # [M] int32 N(v): 1 on creation, +1 per iteration that backs up through v
+  value_sum: Array  # [M] float32 V(v): own value on creation + rewards backed up through v
+  value: Array  # [M] float32 the scorer's value of the node's order
+  cost: Array  # [M] float32 total cost of the node's chunks
+  exists: Array  # [M] bool
+  first_child: Array  # [M] int32 start of the node's children block, -1 if not expanded
+  exhausted: Array  # [M] bool the node's subtree is fully built
+  num_expanded: Array  # [] int32 iterations run (expansions)
+  num_candidates: int = struct.field(pytree_node=False)
+
+  def children(self, node) -> Array:
+    """Children of `node`, `[N]` int32, `-1` where chunk j is not a child (or not expanded)."""
+    kids = self.first_child[node] + jnp.arange(self.num_candidates, dtype=jnp.int32)
+    ok = (self.first_child[node] >= 0) & self.exists[jnp.clip(kids, 0, self.exists.shape[-1] - 1)]
+    return jnp.where(ok, kids, UNUSED)
+
+
+class SearchResult(NamedTuple):
+  """An ordered combination (from the search or a baseline); `[B]` leading axis under `vmap`."""
+  order: Array  # [T] int32 chunks in reading order, -1 after the last
+  length: Array  # [] int32 number of chunks
+  value: Array  # [] float32 the scorer's value of `order`
+  cost: Array  # [] float32 total cost of `order` (never above the budget)
+  utility: Array  # [] float32 tree utility U of the answer node (baselines: `value`)
+  tree: Optional[Tree]  # the search tree; None for baselines
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def check_inputs(scorer, costs, budget, valid, max_depth, *, depth_name="max_depth"):
+  """Validates the arguments shared by the search and the baselines (before tracing)."""
+  if not callable(scorer):
+    raise TypeError(f"`scorer` must be callable as `scorer(order [T]) -> value` (see "
+                    f"`jaxsel.scorers`), got {type(scorer).__name__}.")
+  costs = _checks.as_float_array(costs, "costs").astype(jnp.float32)
+  if costs.ndim != 1:
+    raise ValueError(f"`costs` must be [N] (one instance; `jax.vmap` over queries), got shape {costs.shape}.")
+  n = costs.shape[0]
+  if n == 0:
+    raise ValueError("There are no candidates (N = 0): pass at least one chunk (pad with "
+                     "`valid=False` entries to keep shapes fixed across queries).")
+  sn = getattr(scorer, "num_candidates", None)
+  if sn is not None and sn != n:
+    raise ValueError(f"`scorer` is built for N={sn} chunks but `costs` has N={n}.")
+  _checks.check_finite(costs, "costs")
+  if _checks.is_concrete(costs) and bool((np.asarray(costs) < 0).any()):
+    raise ValueError("`costs` must be non-negative (a cost is a token count).")
+  if budget is None:
+    raise TypeError("`budget` is required (the token budget B).")
+  budget = _checks.as_float_array(budget, "budget").astype(jnp.float32)
+  if budget.ndim != 0:
+    raise ValueError(f"`budget` must be a scalar (per query under `vmap`), got shape {budget.shape}.")
+  if _checks.is_concrete(budget):
+    b = float(budget)
+    if not np.isfinite(b) or b < 0:
+      raise ValueError(f"`budget` must be a finite non-negative number, got {b}.")
+  valid = _checks.check_valid(valid, n)
+  if max_depth is None:
+    max_depth = n
+  if isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer)):
+    raise TypeError(f"`{depth_name}` must be a Python int (it fixes the output shape), got {max_depth!r}.")
+  max_depth = int(max_depth)
+  if not 1 <= max_depth <= n:
+    raise ValueError(f"`{depth_name}` must be between 1 and N={n}, got {max_depth}.")
+  return costs, budget, valid, max_depth
+
+
+def _static_int(x, name, lo):
+  if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+    raise TypeError(f"`{name}` must be a Python int (it fixes the tree size), got {x!r}.")
+  if x < lo:
+    raise ValueError(f"`{name}` must be at least {lo}, got {x}.")
+  return int(x)
+
+
+def _score_all(scorer, orders: Array) -> Array:
+  return jax.vmap(scorer)(orders).astype(jnp.float32)
+
+
+def _empty_order(d: int) -> Array:
+  return jnp.full((d,), UNUSED, jnp.int32)
+
+
+# ----------------------------------------------------------------------------- the search
+
+
+def _utility(value_sum, visits, parent_visits, cost, exploration, cost_penalty, budget):
+  n = jnp.maximum(visits, 1).astype(jnp.float32)
+  explore = jnp.sqrt(jnp.log(jnp.maximum(parent_visits, 1).astype(jnp.float32)) / n)
+  penalty = jnp.where(budget > 0, cost / jnp.where(budget > 0, budget, 1), 0)
+  return value_sum / n + exploration * explore - cost_penalty * penalty
+
+
+def _can_grow(used: Array, cost: Array, costs: Array, valid: Array, budget: Array) -> Array:
+  """Whether an unused valid chunk still fits: `used` `[..., N]`, `cost` `[...]` -> `[...]`."""
+  return jnp.any(valid & ~used & (cost[..., None] + costs <= budget), axis=-1)
+
+
+def _iteration(tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup):
+  n = costs.shape[0]
+  ar = jnp.arange(n, dtype=jnp.int32)
+
+  # 1. Descent: highest utility among the non-exhausted children, until an unexpanded node.
+  def dbody(c):
+    node, order, used, path, k = c
+    kids = tree.first_child[node] + ar
+    u = _utility(tree.value_sum[kids], tree.visits[kids], tree.visits[node], tree.cost[kids],
+                 exploration, cost_penalty, budget)
+    u = jnp.where(tree.exists[kids] & ~tree.exhausted[kids], u, -jnp.inf)
+    j = jnp.argmax(u).astype(jnp.int32)
+    return kids[j], order.at[k].set(j), used.at[j].set(True), path.at[k + 1].set(kids[j]), k + 1
+
+  path0 = jnp.full((d + 1,), UNUSED, jnp.int32).at[0].set(0)
+  init = (jnp.zeros((), jnp.int32), _empty_order(d), jnp.zeros((n,), bool), path0, jnp.zeros((), jnp.int32))
+  leaf, order, used, path, depth = lax.while_loop(
+      lambda c: tree.first_child[c[0]] >= 0, dbody, init)
+
+  # 2. Expansion: all fitting children, one batched scorer call.
+  child_cost = tree.cost[leaf] + costs  # [N]
+  fits = valid & ~used & (child_cost <= budget)
+  orders = jnp.where(jnp.arange(d)[None, :] == depth, ar[:, None], order[None, :])  # [N, T]
+  vals = _score_all(scorer, orders)
+  child_used = used[None, :] | jnp.eye(n, dtype=bool)
+  terminal = (depth + 1 >= d) | ~_can_grow(child_used, child_cost, costs, valid, budget)
+  start = 1 + tree.num_expanded * n
+
+  def put(arr, block):
+    return lax.dynamic_update_slice(arr, block.astype(arr.dtype), (start,))
+
+  tree = tree.replace(
+      parent=put(tree.parent, jnp.where(fits, leaf, UNUSED)),
+      chunk=put(tree.chunk, ar),
+      depth=put(tree.depth, jnp.full((n,), depth + 1)),
+      visits=put(tree.visits, fits.astype(jnp.int32)),
+      value_sum=put(tree.value_sum, jnp.where(fits, vals, 0)),
+      value=put(tree.value, jnp.where(fits, vals, -jnp.inf)),
+      cost=put(tree.cost, child_cost),
+      exists=put(tree.exists, fits),
+      exhausted=put(tree.exhausted, terminal | ~fits),
+      first_child=tree.first_child.at[leaf].set(start),
+      num_expanded=tree.num_expanded + 1)
+
+  # 3. Backup along the path (`path` holds the root … leaf, -1 after the leaf).
+  if backup == "max":
+    reward = jnp.max(jnp.where(fits, vals, -jnp.inf))
+  else:
+    reward = jnp.sum(jnp.where(fits, vals, 0)) / jnp.maximum(jnp.sum(fits), 1)
+  on_path = path >= 0
+  m = tree.visits.shape[0]
+  dst = jnp.where(on_path, path, m)  # out of range: dropped
+  tree = tree.replace(visits=tree.visits.at[dst].add(1, mode="drop"),
+                      value_sum=tree.value_sum.at[dst].add(reward, mode="drop"))
+
+  # Exhaustion: a path node is done when every child is, which for an ancestor means the next
+  # node on the path is newly done and its other children were done already.
+  safe = jnp.where(on_path, path, 0)
+  kids = tree.first_child[safe][:, None] + ar[None, :]  # [T+1, N]
+  kids = jnp.clip(kids, 0, m - 1)
+  kid_done = ~tree.exists[kids] | tree.exhausted[kids]
+  nxt = jnp.concatenate([path[1:], jnp.full((1,), UNUSED, jnp.int32)])
+  others_done = jnp.all(kid_done | (kids == nxt[:, None]), axis=-1) | ~on_path
+  done = jnp.flip(jnp.cumprod(jnp.flip(others_done).astype(jnp.int32))).astype(bool)
+  tree = tree.replace(exhausted=tree.exhausted.at[dst].set(done, mode="drop"))
+  return tree
+
+
+@functools.partial(jax.jit, static_argnames=("iterations", "max_depth", "backup"))
+def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iterations, max_depth, backup):
+  n = costs.shape[0]
+  d = max_depth
+  m = 1 + iterations * n
+  root_value = scorer(_empty_order(d)).astype(jnp.float32)
+  root_done = ~_can_grow(jnp.zeros((n,), bool), jnp.zeros((), jnp.float32), costs, valid, budget)
+  tree = Tree(
+      parent=jnp.full((m,), UNUSED, jnp.int32),
+      chunk=jnp.full((m,), UNUSED, jnp.int32),
+      depth=jnp.zeros((m,), jnp.int32),
+      visits=jnp.zeros((m,), jnp.int32).at[0].set(1),
+      value_sum=jnp.zeros((m,), jnp.float32).at[0].set(root_value),
+      value=jnp.full((m,), -jnp.inf, jnp.float32).at[0].set(root_value),
+      cost=jnp.zeros((m,), jnp.float32),
+      exists=jnp.zeros((m,), bool).at[0].set(True),
+      first_child=jnp.full((m,), UNUSED, jnp.int32),
+      exhausted=jnp.zeros((m,), bool).at[0].set(root_done),
+      num_expanded=jnp.zeros((), jnp.int32),
+      num_candidates=n)
+
+  step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,
+                           exploration=exploration, cost_penalty=cost_penalty, d=d, backup=backup)
+  tree = lax.while_loop(lambda t: (t.num_expanded < iterations) & ~t.exhausted[0], step, tree)
+
+  # The answer: the best non-root node (the root only when nothing was created).
+  score = jnp.where(tree.exists & (tree.depth > 0), tree.value, -jnp.inf)
+  best = jnp.argmax(score).astype(jnp.int32)
+  best = jnp.where(score[best] > -jnp.inf, best, 0)
+  def walk(_, c):  # leaf to root, writing each node's chunk at its position
+    order, node = c
+    k = tree.depth[node]
+    order = jnp.where(k > 0, order.at[jnp.maximum(k - 1, 0)].set(tree.chunk[node]), order)
+    return order, jnp.where(k > 0, tree.parent[node], node)
+
+  order, _ = lax.fori_loop(0, d, walk, (_empty_order(d), best))
+  parent_visits = jnp.where(best > 0, tree.visits[jnp.maximum(tree.parent[best], 0)], 1)
+  utility = _utility(tree.value_sum[best], tree.visits[best], parent_visits, tree.cost[best],
+                     exploration, cost_penalty, budget)
+  return SearchResult(order=order, length=tree.depth[best], value=tree.value[best],
+                      cost=tree.cost[best], utility=utility, tree=tree)
+
+
+def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
+                 max_depth: Optional[int] = None, valid=None, backup: str = "max") -> SearchResult:
+  """CORAG tree search for the best ordered combination of chunks within a token budget.
+
+  Args:
+    scorer: `scorer(order [T] int32, -1 padded) -> value` (see `jaxsel.scorers`); a pytree, so
+      per-query data pass through `jax.vmap` as leaves.
+    costs: `[N]` non-negative cost of each chunk (tokens).
+    budget: the token budget B (scalar, may differ per query under `vmap`). If no chunk fits,
+      the result is the empty combination (`length = 0`, `order` all -1, `cost = 0`,
+      `value` = the scorer's value of the empty order).
+    iterations: number of expansions (static); the tree holds `1 + iterations · N` nodes.
+      The search stops earlier once every combination within budget and depth is scored.
+    exploration: c in the utility (array-like; may differ per query).
+    cost_penalty: λ in the utility, applied to `cost(v) / B`; it steers the descent only: the
+      answer is chosen by value.
+    max_depth: most chunks in an order, T (static; default N); fixes `order`'s shape `[T]`.
+    valid: bool `[N]`; invalid (padded) chunks are never used.
+    backup: ``"max"`` (default; the paper: every node on the path receives the best new
+      child's value) or ``"mean"`` (the mean of the new children's values).
+
+  Returns:
+    `SearchResult(order [T], length, value, cost, utility, tree)`.
+  """
+  costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
+  iterations = _static_int(iterations, "iterations", 1)
+  if backup not in BACKUPS:
+    raise ValueError(f"Unknown `backup` {backup!r}; use one of {', '.join(map(repr, BACKUPS))}.")
+  exploration = _checks.as_float_array(exploration, "exploration").astype(jnp.float32)
+  cost_penalty = _checks.as_float_array(cost_penalty, "cost_penalty").astype(jnp.float32)
+  for x, name in ((exploration, "exploration"), (cost_penalty, "cost_penalty")):
+    if x.ndim != 0:
+      raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
+    _checks.check_finite(x, name)
+  return _search(scorer, costs, budget, valid, exploration, cost_penalty,
+                 iterations=iterations, max_depth=max_depth, backup=backup)

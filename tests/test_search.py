@@ -1,0 +1,215 @@
+"""CORAG search against the exhaustive optimum, tree invariants, vmap and bad input."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsel
+from jaxsel import scorers
+
+N = 6
+DEPTH = 4
+NUM = 40  # random instances
+ITERS = 30
+
+
+def _instances(seed=0, num=NUM, n=N):
+  """Non-additive scorers: discounted relevance + asymmetric pairwise terms (order effects) +
+  a title-link bonus; random costs, budgets and validity masks. Also returns the raw arrays
+  for the NumPy reference `_np_value`."""
+  rng = np.random.default_rng(seed)
+  unary = rng.uniform(0, 1, (num, n)).astype(np.float32)
+  pair = rng.normal(0, 0.4, (num, n, n)).astype(np.float32)
+  link = (rng.uniform(size=(num, n, n)) < 0.25).astype(np.float32)
+  costs = rng.integers(1, 6, (num, n)).astype(np.float32)
+  budget = rng.integers(4, 12, num).astype(np.float32)
+  valid = rng.uniform(size=(num, n)) < 0.85
+  sc = jax.vmap(lambda u, p, l: scorers.pairwise_scorer(p, unary=u, discount=0.8)
+                + 0.5 * scorers.link_scorer(l))(unary, pair, link)
+  return sc, costs, budget, valid, (unary, pair, link)
+
+
+def _np_value(raw, i, order):
+  """The instances' scorer from its definition, in float64."""
+  unary, pair, link = (np.asarray(x[i], np.float64) for x in raw)
+  o = [int(j) for j in order if j >= 0]
+  v = sum(0.8 ** t * unary[j] for t, j in enumerate(o))
+  v += sum(pair[o[s], o[t]] for t in range(len(o)) for s in range(t))
+  v += 0.5 * sum(max([link[o[s], o[t]] for s in range(t)], default=0.0) for t in range(len(o)))
+  return v
+
+
+def _brute_force(raw, i, costs, budget, valid, depth):
+  """(best value, feasible combination count) over every ordered combination, in NumPy."""
+  n = len(costs)
+  best, count = -np.inf, 0
+  for k in range(1, depth + 1):
+    for p in itertools.permutations(range(n), k):
+      if costs[list(p)].sum() <= budget and valid[list(p)].all():
+        count += 1
+        best = max(best, _np_value(raw, i, p))
+  return best, count
+
+
+def _take(tree, i):
+  return jax.tree.map(lambda x: x[i], tree)
+
+
+@pytest.fixture(scope="module")
+def batch():
+  sc, costs, budget, valid, raw = _instances()
+  search = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.corag_search(
+      s, c, budget=b, iterations=ITERS, max_depth=DEPTH, valid=v)))
+  res = search(sc, costs, budget, valid)
+  exact = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.exhaustive_search(
+      s, c, budget=b, max_size=DEPTH, valid=v)))(sc, costs, budget, valid)
+  return sc, costs, budget, valid, res, exact, raw
+
+
+def test_reaches_exhaustive_optimum(batch):
+  sc, costs, budget, valid, res, exact, raw = batch
+  found = np.asarray(res.value)
+  opt = np.asarray(exact.value)
+  assert (found <= opt + 1e-5).all(), "the search's value can never exceed the optimum"
+  hit = np.isclose(found, opt, atol=1e-5)
+  assert hit.mean() >= 0.9, f"optimum reached in {hit.mean():.0%} of instances"
+  # And the reported value is the scorer's value of the reported order.
+  for i in range(NUM):
+    assert np.isclose(_np_value(raw, i, res.order[i]), found[i], atol=1e-4)
+
+
+def test_exhaustive_matches_python_brute_force(batch):
+  sc, costs, budget, valid, _, exact, raw = batch
+  for i in range(NUM):
+    best, _ = _brute_force(raw, i, costs[i], budget[i], valid[i], DEPTH)
+    assert np.isclose(float(exact.value[i]), best, atol=1e-4)
+
+
+def test_budget_and_valid_respected(batch):
+  _, costs, budget, valid, res, _, _ = batch
+  for i in range(NUM):
+    order = np.asarray(res.order[i])
+    k = int(res.length[i])
+    assert (order[:k] >= 0).all() and (order[k:] == -1).all()
+    assert len(set(order[:k])) == k
+    assert valid[i][order[:k]].all()
+    assert costs[i][order[:k]].sum() <= budget[i]
+    assert np.isclose(float(res.cost[i]), costs[i][order[:k]].sum())
+
+
+def test_tree_invariants(batch):
+  _, costs, budget, _, res, _, _ = batch
+  for i in range(8):
+    t = _take(res.tree, i)
+    exists, parent = np.asarray(t.exists), np.asarray(t.parent)
+    first, visits = np.asarray(t.first_child), np.asarray(t.visits)
+    n_exp = int(t.num_expanded)
+    assert visits[0] == 1 + n_exp
+    assert (first >= 0).sum() == n_exp
+    nodes = np.flatnonzero(exists)
+    for v in nodes[1:]:
+      p = parent[v]
+      assert exists[p] and first[p] >= 0 and first[p] <= v < first[p] + N, "child of an unexpanded node"
+      assert t.depth[v] == t.depth[p] + 1
+      assert np.isclose(float(t.cost[v]), float(t.cost[p]) + costs[i][int(t.chunk[v])])
+      assert float(t.cost[v]) <= budget[i]
+    for v in nodes:
+      kids = np.asarray(t.children(v))
+      kids = kids[kids >= 0]
+      if first[v] >= 0:
+        # 1 on creation, 1 for its own expansion, and one per expansion below each child.
+        assert visits[v] == 2 + (visits[kids] - 1).sum()
+      else:
+        assert visits[v] == 1 and len(kids) == 0
+
+
+def test_full_tree_is_exact():
+  """With enough iterations the whole tree is built; it then holds every feasible ordered
+  combination once and the answer is the optimum in every instance."""
+  sc, costs, budget, valid, raw = _instances(seed=1, num=8, n=5)
+  res = jax.vmap(lambda s, c, b, v: jaxsel.corag_search(
+      s, c, budget=b, iterations=100, max_depth=3, valid=v))(sc, costs, budget, valid)
+  for i in range(8):
+    best, count = _brute_force(raw, i, costs[i], budget[i], valid[i], 3)
+    assert bool(res.tree.exhausted[i, 0])
+    assert int(res.tree.exists[i].sum()) - 1 == count
+    assert np.isclose(float(res.value[i]), best, atol=1e-4)
+
+
+def test_vmap_equals_loop_and_deterministic(batch):
+  sc, costs, budget, valid, res, _, _ = batch
+  for i in (0, 3, 7):
+    one = jaxsel.corag_search(_take(sc, i), costs[i], budget=budget[i], iterations=ITERS,
+                              max_depth=DEPTH, valid=valid[i])
+    again = jaxsel.corag_search(_take(sc, i), costs[i], budget=budget[i], iterations=ITERS,
+                                max_depth=DEPTH, valid=valid[i])
+    np.testing.assert_array_equal(one.order, res.order[i])
+    np.testing.assert_allclose(one.value, res.value[i], rtol=1e-6)
+    np.testing.assert_array_equal(one.tree.visits, res.tree.visits[i])
+    np.testing.assert_array_equal(one.order, again.order)
+    np.testing.assert_array_equal(one.tree.value_sum, again.tree.value_sum)
+
+
+def test_backup_mean_and_per_query_settings(batch):
+  sc, costs, budget, valid, _, exact, raw = batch
+  ex = jnp.linspace(0.5, 3.0, NUM)
+  lam = jnp.linspace(0.0, 0.5, NUM)
+  res = jax.vmap(lambda s, c, b, v, e, l: jaxsel.corag_search(
+      s, c, budget=b, iterations=ITERS, max_depth=DEPTH, valid=v, exploration=e, cost_penalty=l,
+      backup="mean"))(sc, costs, budget, valid, ex, lam)
+  assert (np.asarray(res.value) <= np.asarray(exact.value) + 1e-5).all()
+  assert (np.asarray(res.cost) <= budget).all()
+  # Backup "max" adds the best new child's value; the root's V is the sum of all rewards.
+  t = _take(batch[4].tree, 0)
+  assert float(t.value_sum[0]) >= float(t.value[0]) + int(t.num_expanded) * float(
+      np.min(np.where(np.asarray(t.exists), np.asarray(t.value), np.inf))) - 1e-4
+
+
+def test_empty_result_when_nothing_fits():
+  sc = scorers.relevance_scorer(jnp.array([1.0, 2.0, 3.0]))
+  res = jaxsel.corag_search(sc, jnp.array([5.0, 6.0, 7.0]), budget=4.0, iterations=3)
+  assert int(res.length) == 0 and float(res.cost) == 0
+  np.testing.assert_array_equal(res.order, [-1, -1, -1])
+  assert int(res.tree.num_expanded) == 0
+  assert float(res.value) == 0.0  # the scorer's value of the empty order
+
+
+def test_zero_cost_chunks_and_max_depth_one():
+  sc = scorers.relevance_scorer(jnp.array([1.0, 3.0, 2.0]))
+  res = jaxsel.corag_search(sc, jnp.zeros(3), budget=0.0, iterations=5, max_depth=1)
+  np.testing.assert_array_equal(res.order, [1])
+  res = jaxsel.corag_search(sc, jnp.zeros(3), budget=0.0, iterations=20)
+  assert float(res.value) == 6.0 and int(res.length) == 3
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    (dict(costs=[1.0, -1.0, 2.0]), ValueError, "non-negative"),
+    (dict(costs=[1.0, float("nan"), 2.0]), ValueError, "NaN"),
+    (dict(costs=[[1.0, 1.0, 1.0]]), ValueError, "one instance"),
+    (dict(costs=[1.0, 1.0]), ValueError, "N=3"),
+    (dict(iterations=0), ValueError, "iterations"),
+    (dict(iterations=2.5), TypeError, "iterations"),
+    (dict(budget=-1.0), ValueError, "budget"),
+    (dict(budget=None), TypeError, "budget"),
+    (dict(max_depth=4), ValueError, "max_depth"),
+    (dict(max_depth=0), ValueError, "max_depth"),
+    (dict(valid=[True, False]), ValueError, "valid"),
+    (dict(backup="sum"), ValueError, "backup"),
+    (dict(scorer="nope"), TypeError, "scorer"),
+])
+def test_bad_input(kwargs, err, match):
+  args = dict(scorer=scorers.relevance_scorer(jnp.ones(3)), costs=[1.0, 1.0, 1.0], budget=2.0,
+              iterations=3)
+  args.update(kwargs)
+  scorer = args.pop("scorer")
+  costs = args.pop("costs")
+  with pytest.raises(err, match=match):
+    jaxsel.corag_search(scorer, costs, **args)
+
+
+def test_no_candidates():
+  with pytest.raises(ValueError, match="N = 0"):
+    jaxsel.corag_search(lambda o: jnp.sum(o), jnp.zeros((0,)), budget=1.0, iterations=2)
