@@ -37,6 +37,19 @@ from jaxsel.scorers import (
 )
 from jaxsel.search import SearchResult, Tree, corag_search
 from jaxsel.baselines import exhaustive_search, mmr, naive_rag
+from jaxsel.large import (
+    EmbeddingFacilityLocation,
+    EmbeddingSaturatedCoverage,
+    KnnFacilityLocation,
+    KnnGraph,
+    KnnSaturatedCoverage,
+    facility_location_from_embeddings,
+    knn_facility_location,
+    knn_graph,
+    knn_saturated_coverage,
+    saturated_coverage_from_embeddings,
+)
+from jaxsel.sharding import candidate_sharded_greedy, shard_batch, sharded_greedy, sharded_vmap
 
 __version__ = "0.1.0"
 
@@ -75,4 +88,18 @@ __all__ = [
     "relevance_scorer",
     "title_links",
     "weighted_sum",
+    "EmbeddingFacilityLocation",
+    "EmbeddingSaturatedCoverage",
+    "KnnFacilityLocation",
+    "KnnGraph",
+    "KnnSaturatedCoverage",
+    "candidate_sharded_greedy",
+    "facility_location_from_embeddings",
+    "knn_facility_location",
+    "knn_graph",
+    "knn_saturated_coverage",
+    "saturated_coverage_from_embeddings",
+    "shard_batch",
+    "sharded_greedy",
+    "sharded_vmap",
 ]
