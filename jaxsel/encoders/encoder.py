@@ -119,18 +119,18 @@ def l2_normalize(x: Array, eps: float = 1e-12) -> Array:
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "pooling", "normalize", "output"))
-def _forward(graphdef, params, input_ids, attention_mask, token_type_ids, *, pooling,
-             normalize, output):
+@functools.partial(jax.jit, static_argnames=("graphdef", "pooling", "output"))
+def _forward(graphdef, params, input_ids, attention_mask, token_type_ids, normalize, *, pooling,
+             output):
+  # `normalize` is traced (a bool array), so both settings share one compiled program.
   model = nnx.merge(graphdef, params)
   hidden = model(input_ids, attention_mask, token_type_ids)
   if output == "tokens":
     h = hidden.astype(jnp.float32)
-    if normalize:
-      h = l2_normalize(h)
+    h = jnp.where(normalize, l2_normalize(h), h)
     return h * attention_mask.astype(jnp.float32)[..., None]
   pooled = pool(hidden, attention_mask, pooling)
-  return l2_normalize(pooled) if normalize else pooled
+  return jnp.where(normalize, l2_normalize(pooled), pooled)
 
 
 # ----------------------------------------------------------------------------- batching
@@ -279,7 +279,7 @@ class SentenceEncoder(_TokenizedModel):
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
     return _forward(self.graphdef, params, input_ids, attention_mask, token_type_ids,
-                    pooling=self.pooling, normalize=self.normalize, output=output)
+                    self.normalize, pooling=self.pooling, output=output)
 
   def apply_fn(self, input_ids, attention_mask, token_type_ids=None) -> Array:
     """`[B, L]` ids and mask -> pooled `[B, D]` (normalised when `self.normalize`)."""
@@ -346,8 +346,8 @@ class SentenceEncoder(_TokenizedModel):
       for index, input_ids, mask, tt in bucketed_batches(
           ids, type_ids, batch_size=batch_size, max_length=self.max_length,
           pad_id=self.pad_token_id):
-        res = _forward(self.graphdef, self.params, input_ids, mask, tt, pooling=self.pooling,
-                       normalize=bool(normalize), output=output)
+        res = _forward(self.graphdef, self.params, input_ids, mask, tt, bool(normalize),
+                       pooling=self.pooling, output=output)
         res = np.asarray(res)
         real = index >= 0
         if output == "pooled":
@@ -553,6 +553,9 @@ def tiny_encoder(config: Optional[EncoderConfig] = None, *, seed: int = 0, pooli
                  dtype=jnp.float32, prompts: Optional[dict] = None) -> SentenceEncoder:
   """A random-weight encoder (default `tiny_bert_config()`) with `tiny_tokenizer`, for tests."""
   cfg = config or tiny_bert_config()
-  model = BertModel(cfg, dtype=dtype, rngs=nnx.Rngs(seed))
+  model = BertModel(cfg, rngs=nnx.Rngs(seed))
+  if dtype != jnp.float32:  # the same random weights, cast
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: BertModel(cfg, dtype=dtype, rngs=nnx.Rngs(0))))
+    model = nnx.merge(graphdef, jax.tree.map(lambda x: x.astype(dtype), nnx.state(model)))
   tok = tiny_tokenizer(cfg.model_type, max_length=cfg.max_tokens)
   return SentenceEncoder(model, tok, pooling=pooling, prompts=prompts, name="tiny")

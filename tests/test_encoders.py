@@ -1,0 +1,406 @@
+"""Encoders on tiny random configs: parity with transformers' PyTorch models, loading, API.
+
+References: `transformers.BertModel`, `XLMRobertaModel`, `BertForSequenceClassification`,
+`XLMRobertaForSequenceClassification` (PyTorch, CPU, eager attention) with random weights,
+saved with `save_pretrained` and loaded back through jaxsel's public loaders.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import transformers
+from flax import nnx
+from safetensors.numpy import load_file, save_file
+
+import jaxsel
+from jaxsel import encoders as E
+
+TOL = 1e-5
+TEXTS = ["the cat sat on the mat.", "a", "dogs bark at night, loudly!",
+         "one two three four five six seven eight nine ten", "x y z", "hello world"]
+
+
+def _torch_model(cls, cfg, seed):
+  torch.manual_seed(seed)
+  model = cls(cfg.to_hf()).eval()
+  with torch.no_grad():  # every parameter random, LayerNorms and biases included
+    for p in model.parameters():
+      p.normal_(0.0, 0.2)
+  model.config._attn_implementation = "eager"
+  return model
+
+
+def _save(tmp_path_factory, name, model, model_type, **kw):
+  folder = tmp_path_factory.mktemp(name)
+  model.save_pretrained(folder, **kw)
+  E.tiny_tokenizer(model_type).save_pretrained(folder)
+  return folder
+
+
+def _batch(cfg, seed, lengths=(16, 4, 11, 1)):
+  """Random ids `[B, L]` with right padding (pad id where the mask is 0)."""
+  rng = np.random.default_rng(seed)
+  b, l = len(lengths), max(lengths)
+  ids = rng.integers(3, cfg.vocab_size, size=(b, l)).astype(np.int32)
+  ids[ids == cfg.pad_token_id] = 5
+  mask = (np.arange(l)[None] < np.asarray(lengths)[:, None]).astype(np.int32)
+  ids = np.where(mask == 1, ids, cfg.pad_token_id).astype(np.int32)
+  tt = (np.arange(l)[None] >= 3).astype(np.int32) * mask if cfg.type_vocab_size > 1 else np.zeros_like(ids)
+  return ids, mask, tt
+
+
+@pytest.fixture(scope="module", params=["bert", "xlm-roberta"])
+def backbone(request, tmp_path_factory):
+  cfg = E.tiny_bert_config() if request.param == "bert" else E.tiny_xlmr_config()
+  cls = transformers.BertModel if request.param == "bert" else transformers.XLMRobertaModel
+  model = _torch_model(cls, cfg, seed=1)
+  folder = _save(tmp_path_factory, request.param, model, request.param)
+  return cfg, model, folder
+
+
+@pytest.fixture(scope="module", params=[("bert", 3), ("xlm-roberta", 1)])
+def classifier(request, tmp_path_factory):
+  kind, labels = request.param
+  cfg = (E.tiny_bert_config() if kind == "bert" else E.tiny_xlmr_config()).replace(num_labels=labels)
+  cls = (transformers.BertForSequenceClassification if kind == "bert"
+         else transformers.XLMRobertaForSequenceClassification)
+  model = _torch_model(cls, cfg, seed=2)
+  folder = _save(tmp_path_factory, kind + "-cls", model, kind)
+  return cfg, model, folder
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return E.tiny_encoder(seed=3)
+
+
+def _torch_out(model, ids, mask, tt):
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(ids, dtype=torch.long),
+                 attention_mask=torch.tensor(mask, dtype=torch.long),
+                 token_type_ids=torch.tensor(tt, dtype=torch.long))
+
+
+# ----------------------------------------------------------------------------- parity
+
+def test_backbone_matches_pytorch_with_padding(backbone):
+  cfg, ref, folder = backbone
+  enc = jaxsel.load_encoder(folder, normalize=False)
+  assert enc.config.model_type == cfg.model_type and enc.config.pooler
+
+  @jax.jit  # one compiled program per family keeps the test fast
+  def outputs(params, ids, mask, tt):
+    model = nnx.merge(enc.graphdef, params)
+    hidden = model(ids, mask, tt)
+    return hidden, model.pooled(hidden), enc.apply(params, ids, mask, tt)
+
+  for seed in range(2):
+    ids, mask, tt = _batch(cfg, seed)
+    out = _torch_out(ref, ids, mask, tt)
+    hidden, pooled, mean_pooled = outputs(enc.params, ids, mask, tt)
+    # every position, padding included, matches
+    np.testing.assert_allclose(np.asarray(hidden), out.last_hidden_state.numpy(), atol=TOL, rtol=0)
+    np.testing.assert_allclose(np.asarray(pooled), out.pooler_output.numpy(), atol=TOL, rtol=0)
+    # and the jit-able entry point pools the same hidden states (mean over real tokens)
+    h = out.last_hidden_state.numpy()
+    mean = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(mean_pooled), mean, atol=TOL, rtol=0)
+
+
+def test_classifier_matches_pytorch_with_padding(classifier):
+  cfg, ref, folder = classifier
+  ce = jaxsel.load_cross_encoder(folder)
+  assert ce.num_labels == cfg.num_labels
+  ids, mask, tt = _batch(cfg, 7, lengths=(64, 5, 3, 30))  # the shape `score` uses below
+  want = _torch_out(ref, ids, mask, tt).logits.numpy()
+  got = np.asarray(ce.logits_fn(ids, mask, tt))
+  assert got.shape == (4, cfg.num_labels)
+  np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+
+
+def test_cross_encoder_score_matches_pytorch_pairs(classifier):
+  cfg, ref, folder = classifier
+  ce = jaxsel.load_cross_encoder(folder)
+  query, passages = "where is the cat?", ["the cat is on the mat.", "dogs bark.", "no", "the mat"]
+  pt = ce.tokenizer([query] * len(passages), passages, padding=True, return_tensors="pt")
+  with torch.no_grad():
+    want = ref(**pt).logits.numpy()
+  got = np.asarray(ce.score(query, passages, batch_size=4))
+  want = want[:, 0] if cfg.num_labels == 1 else want
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+
+
+def test_special_token_ids(backbone, classifier):
+  enc = jaxsel.load_encoder(backbone[2])
+  tok = enc.tokenizer
+  assert (enc.cls_token_id, enc.sep_token_id, enc.pad_token_id) == (
+      tok.cls_token_id, tok.sep_token_id, tok.pad_token_id)
+  ids = tok(["ab"])["input_ids"][0]
+  assert ids[0] == enc.cls_token_id and ids[-1] == enc.sep_token_id
+  assert enc.pad_token_id == backbone[0].pad_token_id
+
+
+# ----------------------------------------------------------------------------- loading
+
+def test_pytorch_bin_and_sharded_safetensors_load_the_same(backbone, tmp_path):
+  cfg, ref, folder = backbone
+  base = jaxsel.load_encoder(folder)
+  ids, mask, tt = _batch(cfg, 3)
+  want = np.asarray(base.apply_fn(ids, mask, tt))
+  for name in ("bin", "shards"):
+    sub = tmp_path / name
+    if name == "bin":  # transformers 5 only writes safetensors; save as older versions did
+      sub.mkdir()
+      ref.config.save_pretrained(sub)
+      torch.save(ref.state_dict(), sub / "pytorch_model.bin")
+    else:
+      ref.save_pretrained(sub, max_shard_size="20KB")
+    E.tiny_tokenizer(cfg.model_type).save_pretrained(sub)
+    files = {p.name for p in sub.iterdir()}
+    if name == "bin":
+      assert "pytorch_model.bin" in files and not any(f.endswith(".safetensors") for f in files)
+    else:
+      assert "model.safetensors.index.json" in files
+    got = np.asarray(jaxsel.load_encoder(sub).apply_fn(ids, mask, tt))
+    np.testing.assert_array_equal(got, want)
+
+
+def _copy_with_weights(src, dst, edit):
+  shutil.copytree(src, dst)
+  state = load_file(str(dst / "model.safetensors"))
+  edit(state)
+  save_file(state, str(dst / "model.safetensors"), metadata={"format": "pt"})
+  return dst
+
+
+def test_key_mismatches_raise_with_the_key_name(backbone, tmp_path):
+  _, _, folder = backbone
+  key = "encoder.layer.1.attention.self.value.weight"
+
+  def drop(s):
+    del s[key]
+  with pytest.raises(E.CheckpointError, match=r"missing.*" + key.replace(".", r"\.")):
+    jaxsel.load_encoder(_copy_with_weights(folder, tmp_path / "drop", drop))
+
+  def extra(s):
+    s["encoder.layer.1.surprise.weight"] = np.zeros(3, np.float32)
+  with pytest.raises(E.CheckpointError, match=r"unmapped.*surprise"):
+    jaxsel.load_encoder(_copy_with_weights(folder, tmp_path / "extra", extra))
+
+  def reshape(s):
+    s[key] = s[key][:, :-1].copy()
+  with pytest.raises(E.CheckpointError, match=r"wrongly shaped.*" + key.replace(".", r"\.")):
+    jaxsel.load_encoder(_copy_with_weights(folder, tmp_path / "shape", reshape))
+
+
+def test_loading_errors(backbone, classifier, tmp_path):
+  _, _, folder = backbone
+  empty = tmp_path / "no_weights"
+  empty.mkdir()
+  shutil.copy(folder / "config.json", empty / "config.json")
+  with pytest.raises(FileNotFoundError, match="No weights"):
+    jaxsel.load_encoder(empty)
+  with pytest.raises(FileNotFoundError, match="config.json"):
+    jaxsel.load_encoder(tmp_path)
+  with pytest.raises(FileNotFoundError, match="No checkpoint folder"):
+    jaxsel.load_encoder(tmp_path / "nowhere" / "at_all")
+  with pytest.raises(TypeError, match="name_or_path"):
+    jaxsel.load_encoder(None)
+  with pytest.raises(TypeError, match="name_or_path"):
+    jaxsel.load_encoder(3)
+  with pytest.raises(ValueError, match="dtype"):
+    jaxsel.load_encoder(folder, dtype=jnp.int32)
+  with pytest.raises(ValueError, match="max_length"):
+    jaxsel.load_encoder(folder, max_length=10_000)
+  with pytest.raises(ValueError, match="pooling"):
+    jaxsel.load_encoder(folder, pooling="median")
+  with pytest.raises(ValueError, match="ForSequenceClassification"):
+    jaxsel.load_cross_encoder(folder)
+
+
+def test_sentence_transformers_settings(backbone, tmp_path):
+  _, _, folder = backbone
+  st = tmp_path / "st"
+  shutil.copytree(folder, st)
+  (st / "modules.json").write_text(json.dumps([
+      {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+      {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+  (st / "1_Pooling").mkdir()
+  (st / "1_Pooling" / "config.json").write_text(json.dumps(
+      {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+  (st / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 20}))
+  (st / "config_sentence_transformers.json").write_text(json.dumps(
+      {"prompts": {"query": "q: ", "doc": "d: "}}))
+  enc = jaxsel.load_encoder(st)
+  assert (enc.pooling, enc.max_length, enc.normalize) == ("cls", 20, False)
+  assert enc.prompts == {"query": "q: ", "passage": "", "doc": "d: "}
+  assert jaxsel.load_encoder(st, pooling="mean", max_length=30).pooling == "mean"
+  modules = json.loads((st / "modules.json").read_text())
+  modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+  (st / "modules.json").write_text(json.dumps(modules))
+  with pytest.raises(ValueError, match="Dense"):
+    jaxsel.load_encoder(st)
+
+
+def test_family_prompt_presets():
+  assert E.encoder.preset_prompts("intfloat/e5-small-v2") == {"query": "query: ", "passage": "passage: "}
+  assert E.encoder.preset_prompts("/models/multilingual-e5-base/") == E.PROMPT_PRESETS["e5"]
+  assert E.encoder.preset_prompts("BAAI/bge-small-en-v1.5") == E.PROMPT_PRESETS["bge-en"]
+  assert E.encoder.preset_prompts("BAAI/bge-m3") == {}
+  assert E.encoder.preset_prompts("sentence-transformers/all-MiniLM-L6-v2") == {}
+
+
+# ----------------------------------------------------------------------------- encode
+
+def test_bucketing_and_batch_size_do_not_change_results(tiny):
+  texts = TEXTS * 2
+  # batch 4 pads to the buckets 64, 32 and 16 (character-level tokens); batch 12 pads all to 64
+  full = np.asarray(tiny.encode(texts, batch_size=12))
+  assert full.shape == (len(texts), tiny.dim)
+  np.testing.assert_allclose(np.linalg.norm(full, axis=1), 1.0, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(tiny.encode(texts, batch_size=4)), full, atol=TOL, rtol=0)
+  np.testing.assert_array_equal(full[:6], full[6:])
+
+
+def test_a_corpus_compiles_a_handful_of_shapes(tiny):
+  rng = np.random.default_rng(0)
+  words = "alpha beta gamma delta eps zeta eta theta".split()
+  texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 12, size=200)]
+  ids = tiny.tokenize(texts)["input_ids"]
+  shapes = {b[1].shape for b in E.encoder.bucketed_batches(
+      ids, None, batch_size=16, max_length=512, pad_id=0)}
+  assert {s[1] for s in shapes} <= set(E.encoder.bucket_lengths(512))
+  assert len(shapes) <= 4, shapes  # 200 texts, 13 batches, at most 4 lengths of ids up to 64
+  before = E.encoder._forward._cache_size()
+  tiny.encode(texts[:40], batch_size=4)  # 10 batches
+  assert E.encoder._forward._cache_size() - before <= 3  # buckets 16, 32, 64
+
+
+def test_token_output_shapes_and_masking(tiny):
+  ids = tiny.tokenizer(TEXTS)["input_ids"]
+  lens = np.array([len(x) for x in ids])
+  tok = tiny.encode(TEXTS * 2, output="tokens", normalize=False, batch_size=4)
+  tok = E.TokenEmbeddings(*(x[:len(TEXTS)] for x in tok))
+  assert isinstance(tok, E.TokenEmbeddings)
+  assert tok.embeddings.shape == (len(TEXTS), lens.max(), tiny.dim)
+  assert tok.mask.shape == tok.input_ids.shape == (len(TEXTS), lens.max())
+  np.testing.assert_array_equal(np.asarray(tok.mask).sum(1), lens)
+  assert not np.asarray(tok.embeddings)[~np.asarray(tok.mask)].any()
+  for i, x in enumerate(ids):
+    np.testing.assert_array_equal(np.asarray(tok.input_ids)[i, :len(x)], x)
+  # the mean of the token vectors over the mask is the pooled output
+  m = np.asarray(tok.mask)[..., None]
+  mean = (np.asarray(tok.embeddings) * m).sum(1) / m.sum(1)
+  pooled = np.asarray(tiny.encode(TEXTS * 2, normalize=False, batch_size=4))[:len(TEXTS)]
+  np.testing.assert_allclose(pooled, mean, atol=TOL, rtol=0)
+  unit = tiny.encode(TEXTS * 2, output="tokens", batch_size=4)
+  norms = np.linalg.norm(np.asarray(unit.embeddings), axis=-1)
+  np.testing.assert_allclose(norms[np.asarray(unit.mask)], 1.0, atol=1e-5)
+
+
+def test_late_chunking_pools_the_spans_tokens(tiny):
+  text = "the cat sat. a dog ran far away. end"
+  spans = [(0, 12), (13, 32), (33, 36), (0, 36)]
+  got = np.asarray(tiny.encode_chunks(text, spans, normalize=False))
+  assert got.shape == (4, tiny.dim)
+  enc = tiny.tokenizer([text], return_offsets_mapping=True)
+  offs = np.asarray(enc["offset_mapping"][0])
+  tok = np.asarray(tiny.encode([text], output="tokens", normalize=False).embeddings[0])
+  for row, (a, b) in zip(got, spans):
+    inside = [j for j, (s, e) in enumerate(offs) if e > s and s < b and e > a]
+    np.testing.assert_allclose(row, tok[inside].mean(0), atol=TOL, rtol=0)
+  # the whole text's span differs from mean pooling only by the special tokens
+  assert not np.allclose(got[3], np.asarray(tiny.encode([text], normalize=False))[0], atol=1e-4)
+  # context matters: the same span embedded alone gives another vector
+  alone = np.asarray(tiny.encode_chunks(text[:12], [(0, 12)], normalize=False))[0]
+  assert not np.allclose(alone, got[0], atol=1e-4)
+  unit = np.asarray(tiny.encode_chunks(text, spans))
+  np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-6)
+  # a prompt shifts the tokens but not the spans
+  pre = np.asarray(tiny.encode_chunks(text, spans, prompt="q: ", normalize=False))
+  assert pre.shape == got.shape and not np.allclose(pre, got, atol=1e-4)
+
+
+def test_late_chunking_errors(tiny):
+  text = "short text"
+  for bad, err in [([], ValueError), (None, TypeError), ([(3, 3)], ValueError), ([(0, 99)], ValueError),
+                   ([(0.0, 2)], TypeError), ([(1,)], TypeError), ([(-1, 2)], ValueError)]:
+    with pytest.raises(err, match="pan"):
+      tiny.encode_chunks(text, bad)
+  with pytest.raises(ValueError, match="no token"):
+    tiny.encode_chunks("ab" + " " * 5, [(3, 6)])
+  long = " ".join(["word"] * 40)
+  with pytest.raises(ValueError, match="max_length"):
+    tiny.encode_chunks(long, [(len(long) - 4, len(long))])
+  with pytest.raises(TypeError, match="text"):
+    tiny.encode_chunks(["a list"], [(0, 1)])
+
+
+def test_prompts_are_applied_per_call():
+  enc = E.tiny_encoder(seed=5, prompts={"query": "query: ", "passage": "passage: "})
+  t = ["the cat"]
+  q = np.asarray(enc.encode(t, prompt_name="query"))
+  np.testing.assert_array_equal(q, np.asarray(enc.encode(["query: the cat"])))
+  np.testing.assert_array_equal(q, np.asarray(enc.encode(t, prompt="query: ")))
+  p = np.asarray(enc.encode(t, prompt_name="passage"))
+  plain = np.asarray(enc.encode(t))
+  assert not np.allclose(q, p) and not np.allclose(p, plain)
+  with pytest.raises(ValueError, match="Unknown `prompt_name`.*passage"):
+    enc.encode(t, prompt_name="instruction")
+  with pytest.raises(ValueError, match="not both"):
+    enc.encode(t, prompt="x", prompt_name="query")
+  with pytest.raises(TypeError, match="prompt"):
+    enc.encode(t, prompt=3)
+
+
+def test_bad_inputs_get_clear_errors(tiny):
+  for bad, err, msg in [([], ValueError, "empty"), (None, TypeError, "None"),
+                        ("one string", TypeError, "single str"), (["ok", 3], TypeError, "item 1"),
+                        (5, TypeError, "list of strings")]:
+    with pytest.raises(err, match=msg):
+      tiny.encode(bad)
+  with pytest.raises(ValueError, match="batch_size"):
+    tiny.encode(["a"], batch_size=0)
+  with pytest.raises(ValueError, match="output"):
+    tiny.encode(["a"], output="cls")
+  ce = E.tiny_cross_encoder()
+  with pytest.raises(TypeError, match="query"):
+    ce.score(None, ["a"])
+  with pytest.raises(ValueError, match="passages"):
+    ce.score("q", [])
+
+
+def test_apply_fn_is_jittable_and_vmappable(tiny):
+  texts = ["ab cd", "efg", "hello", "x"]
+  enc = tiny.tokenizer(texts, padding="max_length", max_length=16)
+  ids, mask = np.asarray(enc["input_ids"]), np.asarray(enc["attention_mask"])
+  want = np.asarray(tiny.encode(texts, batch_size=4))  # the same (4, 16) shape
+  np.testing.assert_allclose(np.asarray(jax.jit(tiny.apply_fn)(ids, mask)), want, atol=TOL)
+  per_row = jax.jit(jax.vmap(lambda p, i, m: tiny.apply(p, i[None], m[None])[0],
+                             in_axes=(None, 0, 0)))(tiny.params, ids, mask)
+  np.testing.assert_allclose(np.asarray(per_row), want, atol=TOL)
+
+
+def test_bfloat16_is_close_to_float32(tiny):
+  bf16 = E.tiny_encoder(seed=3, dtype=jnp.bfloat16)
+  assert bf16.dtype == jnp.bfloat16 and tiny.dtype == jnp.float32
+  texts = ["a", "x y z", "hello world", "ab"]
+  a, b = np.asarray(tiny.encode(texts)), np.asarray(bf16.encode(texts))
+  assert b.dtype == np.float32
+  cos = (a * b).sum(1)
+  assert cos.min() > 0.99, cos
+
+
+def test_tiny_models_for_other_modules():
+  for cfg in (E.tiny_bert_config(), E.tiny_xlmr_config()):
+    enc = E.tiny_encoder(cfg)
+    assert enc.config == cfg and enc.dim == cfg.hidden_size
+    ce = E.tiny_cross_encoder(cfg, num_labels=2)
+    assert ce.logits_fn(jnp.ones((4, 16), jnp.int32) * 7, jnp.ones((4, 16), jnp.int32)).shape == (4, 2)
+  assert E.tiny_encoder(E.tiny_xlmr_config()).encode(["a b"]).shape == (1, 32)
