@@ -464,18 +464,20 @@ class Pipeline:
         budget=None if budget is None else float(budget), candidates=passages,
         candidate_scores=rel_np, documents=docs)
 
-  def scorer(self, name, relevance, similarity):
+  def scorer(self, name, relevance, similarity, *, discount: Optional[float] = None):
     """The CORAG scorer `name` (one of `CORAG_SCORERS`, or a callable
-    `(relevance [Q, N], similarity [N, N]) -> scorer`) for one request."""
+    `(relevance [Q, N], similarity [N, N]) -> scorer`) for one request, with position
+    `discount` (default the pipeline's)."""
     from jaxsel import scorers
+    discount = self.discount if discount is None else discount
     if callable(name):
       return name(relevance, similarity)
     if name == "relevance":
-      return scorers.relevance_scorer(jnp.max(relevance, axis=0), discount=self.discount)
+      return scorers.relevance_scorer(jnp.max(relevance, axis=0), discount=discount)
     if name in ("facility_location", "saturated_coverage", "coverage"):
       obj = {"facility_location": facility_location, "saturated_coverage": saturated_coverage}.get(name)
       obj = coverage(similarity) if obj is None else obj(similarity, relevance)
-      return scorers.objective_scorer(obj, discount=self.discount)
+      return scorers.objective_scorer(obj, discount=discount)
     raise ValueError(f"Unknown CORAG scorer {name!r}; use one of {', '.join(map(repr, CORAG_SCORERS))} "
                      "or a callable (relevance, similarity) -> scorer.")
 
@@ -487,11 +489,10 @@ class Pipeline:
     total = float(budget) if budget is not None else float(costs.sum())
     r = jnp.max(rel, axis=0)
     if self.method == "naive":
-      from jaxsel.scorers import relevance_scorer
-      scorer = relevance_scorer(r)  # undiscounted: the curve is the total relevance
+      scorer = self.scorer("relevance", rel, sim, discount=1.0)  # curve: total relevance
       res = baselines.naive_rag(scorer, costs, budget=total, max_depth=depth, relevance=r)
     elif self.method == "mmr":
-      scorer = self.scorer("facility_location", rel, sim)
+      scorer = self.scorer("facility_location", rel, sim, discount=1.0)  # curve: f(S)
       res = baselines.mmr(scorer, costs, budget=total, similarity=sim, diversity=self.diversity,
                           max_depth=depth, relevance=r)
     else:

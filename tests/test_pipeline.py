@@ -1,0 +1,252 @@
+"""Pipeline: results equal calling the library functions directly; batching; prompts; errors.
+
+A deterministic bag-of-hashed-words encoder stands in for a model here (fast, no weights);
+the CLI and notebook tests run the real all-MiniLM-L6-v2, and one test here runs jaxsel's
+own (tiny, random) Flax encoder through the pipeline.
+"""
+
+import json
+import re
+import zlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsel
+from jaxsel import baselines, scorers, search, text
+from jaxsel.index import VectorIndex
+from jaxsel.pipeline import Pipeline, SelectionResult, available_methods
+
+DATA = Path(__file__).resolve().parents[1] / "jaxsel" / "data"
+DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")
+QUESTIONS = [json.loads(l) for l in (DATA / "hotpotqa_questions.jsonl").read_text("utf-8").splitlines()]
+Q0 = QUESTIONS[0]["question_text"]
+SMALL = DOC[:DOC.index("## Lord High Treasurer")]  # the first paragraphs: fewer compiled shapes
+
+
+class HashEncoder:
+  """Bag of hashed, lower-cased words, L2-normalised; records the prompt of every call."""
+
+  def __init__(self, dim=64, prompts=None):
+    self.dim = dim
+    self.prompts = {"query": "", "passage": ""} if prompts is None else prompts
+    self.tokenizer = None
+    self.calls = []
+
+  def encode(self, texts, *, prompt=None, normalize=True):
+    self.calls.append((len(texts), prompt))
+    out = np.zeros((len(texts), self.dim), np.float32)
+    for i, t in enumerate(texts):
+      for w in re.findall(r"\w+", (self.prompts.get(prompt, "") + t).lower()):
+        out[i, zlib.crc32(w.encode()) % self.dim] += 1.0
+      out[i, 0] += 1e-3
+    if normalize:
+      out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def enc():
+  return HashEncoder()
+
+
+def _direct(enc, queries, passages, *, nonneg="clip"):
+  """Relevance and similarity computed with the library functions, not the pipeline."""
+  texts = [p.text for p in passages]
+  e = enc.encode(texts, prompt="passage")
+  s = jaxsel.cosine_similarity(e, nonneg=nonneg)
+  r = None
+  if queries:
+    r = jaxsel.cosine_similarity(enc.encode(queries, prompt="query"), e, nonneg=nonneg)
+  return r, s
+
+
+@pytest.mark.parametrize("method,queries", [
+    ("facility_location", [Q0]), ("facility_location", [Q0, QUESTIONS[1]["question_text"]]),
+    ("saturated_coverage", [Q0, QUESTIONS[1]["question_text"]]), ("coverage", [])])
+def test_submodular_methods_equal_direct_library_calls(enc, method, queries):
+  pipe = Pipeline(enc, method=method, unit="passage", max_tokens=80)
+  res = pipe.select(queries or None, [DOC], budget=200, min_gain=0.0)
+  passages = text.split_documents([DOC], unit="passage", max_tokens=80)
+  assert res.candidates == passages
+  r, s = _direct(enc, queries, passages)
+  obj = {"facility_location": lambda: jaxsel.facility_location(s, r),
+         "saturated_coverage": lambda: jaxsel.saturated_coverage(s, r),
+         "coverage": lambda: jaxsel.coverage(s)}[method]()
+  costs = np.array([p.tokens for p in passages], np.float32)
+  sel = jaxsel.greedy(obj, k=len(passages), costs=costs, budget=200.0, min_gain=0.0)
+  n = int(sel.count)
+  np.testing.assert_array_equal(res.indices, np.asarray(sel.indices)[:n])
+  np.testing.assert_allclose(res.gains, np.asarray(sel.gains)[:n], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(res.curve, np.asarray(sel.values)[:n], rtol=1e-5, atol=1e-6)
+  assert res.cost == int(costs[res.indices].sum()) <= 200
+  assert [p.text for p in res.passages] == [passages[i].text for i in res.indices]
+  if queries:
+    np.testing.assert_allclose(res.scores, np.asarray(r).max(axis=0)[res.indices], atol=1e-6)
+  else:
+    assert res.scores is None
+  np.testing.assert_allclose(res.curve[-1], float(obj.value(np.isin(np.arange(len(passages)), res.indices))),
+                             rtol=1e-5)
+
+
+def test_baseline_and_search_methods_equal_direct_calls(enc):
+  assert set(available_methods()) == {"facility_location", "saturated_coverage", "coverage",
+                                      "mmr", "naive", "corag"}
+  passages = text.split_documents([DOC], unit="passage", max_tokens=80)
+  costs = np.array([p.tokens for p in passages], np.float32)
+  r, s = _direct(enc, [Q0], passages)
+  rel = jnp.max(r, axis=0)
+  n = len(passages)
+  fl = scorers.objective_scorer(jaxsel.facility_location(s, r))
+  expected = {
+      "naive": baselines.naive_rag(scorers.relevance_scorer(rel), costs, budget=150.0, max_depth=n,
+                                   relevance=rel),
+      "mmr": baselines.mmr(fl, costs, budget=150.0, similarity=s, diversity=0.3, max_depth=n,
+                           relevance=rel),
+      "corag": search.corag_search(
+          scorers.objective_scorer(jaxsel.facility_location(s, r), discount=0.9), costs,
+          budget=150.0, iterations=6, exploration=2.4, cost_penalty=0.1, max_depth=n),
+  }
+  for method, ref in expected.items():
+    res = Pipeline(enc, method=method, max_tokens=80, iterations=6).select(Q0, [DOC], budget=150)
+    order = np.asarray(ref.order)[:int(ref.length)]
+    np.testing.assert_array_equal(res.indices, order, err_msg=method)
+    assert res.cost <= 150
+    np.testing.assert_allclose(res.curve[-1], float(ref.value), rtol=1e-5, err_msg=method)
+    np.testing.assert_allclose(np.diff(np.concatenate([[0], res.curve])), res.gains, atol=1e-5)
+
+
+def test_select_many_equals_select_one_by_one(enc):
+  pipe = Pipeline(enc, method="facility_location", max_tokens=80)
+  requests = [(Q0, [SMALL]), ("Kansas fight song", [DOC[:1500]]),
+              ([QUESTIONS[2]["question_text"], "Alex Ferguson"], [DOC[-2500:], DOC[:1000]])]
+  many = pipe.select_many(requests, budget=150)
+  assert len(many) == 3
+  for got, (q, docs) in zip(many, requests):
+    one = pipe.select(q, docs, budget=150)
+    np.testing.assert_array_equal(got.indices, one.indices)
+    np.testing.assert_allclose(got.gains, one.gains, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.scores, one.scores, rtol=1e-5, atol=1e-6)
+    assert got.cost == one.cost <= 150
+  # One encoder call for all passages and one for all queries.
+  enc2 = HashEncoder()
+  Pipeline(enc2, max_tokens=80).select_many(requests, budget=150)
+  assert [c[1] for c in enc2.calls] == ["passage", "query"]
+  cov = Pipeline(enc, method="coverage", unit="sentence").select_many(
+      [(None, [DOC[:1500]]), (None, [DOC[1500:2500]])], k=3)
+  for got, (_, d) in zip(cov, [(None, [DOC[:1500]]), (None, [DOC[1500:2500]])]):
+    np.testing.assert_array_equal(got.indices, Pipeline(enc, method="coverage", unit="sentence")
+                                  .select(None, d, k=3).indices)
+
+
+def test_asymmetric_and_symmetric_prompts():
+  enc = HashEncoder(prompts={"query": "search query: ", "passage": "search document: ",
+                             "symmetric": "clustering: "})
+  res = Pipeline(enc, max_tokens=80).select(Q0, [SMALL], budget=100)
+  assert [c[1] for c in enc.calls] == ["passage", "symmetric", "query"]
+  passages = text.split_documents([SMALL], unit="passage", max_tokens=80)
+  e = enc.encode([p.text for p in passages], prompt="passage")
+  sym = enc.encode([p.text for p in passages], prompt="symmetric")
+  q = enc.encode([Q0], prompt="query")
+  r = jaxsel.cosine_similarity(q, e)
+  np.testing.assert_allclose(res.candidate_scores, r, atol=1e-6)
+  sel = jaxsel.greedy(jaxsel.facility_location(jaxsel.cosine_similarity(sym), r), k=len(passages),
+                      costs=np.array([p.tokens for p in passages]), budget=100.0, min_gain=1e-6)
+  np.testing.assert_array_equal(res.indices, np.asarray(sel.indices)[:int(sel.count)])
+
+
+def test_index_source_and_default_index(enc, tmp_path):
+  pipe = Pipeline(enc, max_tokens=80, candidates=8)
+  ix = pipe.build_index([DOC, "A second document about Kansas."], sources=["wiki.md", "two.txt"])
+  assert len(ix) == len(text.split_documents([DOC, "x"], unit="passage", max_tokens=80))
+  ix.save(tmp_path / "ix")
+  ix = VectorIndex.load(tmp_path / "ix")
+  res = Pipeline(enc, index=ix, max_tokens=80, candidates=8).select(Q0, budget=150)
+  assert len(res.candidates) == 8 and res.cost <= 150
+  docs = [DOC, "A second document about Kansas."]
+  for p in res.passages:  # spans and sources survive the round trip through the index
+    assert docs[p.doc][p.start:p.end] == p.text and p.source in ("wiki.md", "two.txt")
+  hits = ix.search(enc.encode([Q0], prompt="query"), k=8)
+  assert [c.text for c in res.candidates] == [ix.texts[i] for i in np.asarray(hits.indices)[0]]
+
+
+def test_result_prompt_json_table_and_plot(enc, tmp_path):
+  res = Pipeline(enc, max_tokens=80).select([Q0, "Who is Shirley Temple?"], [SMALL], budget=200)
+  prompt = res.prompt()
+  assert prompt.startswith("Answer the question") and prompt.rstrip().endswith("Answer:")
+  assert Q0 in prompt and "Who is Shirley Temple?" in prompt
+  assert "[1] " + res.passages[0].text in prompt
+  assert res.prompt("{context}|{query}", numbered=False).split("|")[0] == "\n\n".join(
+      p.text for p in res.passages)
+  doc_order = res.context(order="document", numbered=False)
+  assert doc_order == "\n\n".join(p.text for p in sorted(res.passages, key=lambda p: p.start))
+  d = json.loads(json.dumps(res.to_dict()))
+  assert d["method"] == "facility_location" and d["cost"] == res.cost <= d["budget"] == 200
+  assert [s["candidate"] for s in d["selected"]] == res.indices.tolist()
+  assert set(d["selected"][0]) == {"rank", "candidate", "text", "doc", "source", "start", "end",
+                                   "tokens", "score", "gain", "value"}
+  table = res.table()
+  assert f"{len(res)} of {len(res.candidates)} candidates" in table
+  res.plot(tmp_path / "c.png")
+  assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+  assert 1 <= res.saturation <= len(res)
+  with pytest.raises(ValueError, match="context"):
+    res.prompt("no placeholder")
+
+
+def test_min_gain_and_k(enc):
+  pipe = Pipeline(enc, max_tokens=80)
+  full = pipe.select(Q0, [SMALL], min_gain=0.0)
+  assert full.gains.min() >= 0 and len(full) == len(full.candidates)
+  cut = pipe.select(Q0, [SMALL], min_gain=0.5)
+  assert (cut.gains >= 0.5).all() and 0 < len(cut) < len(full)
+  np.testing.assert_array_equal(cut.indices, full.indices[:len(cut)])  # greedy is a ranking
+  top3 = pipe.select(Q0, [SMALL], k=3, min_gain=0.0)
+  np.testing.assert_array_equal(top3.indices, full.indices[:3])
+
+
+def test_tiny_flax_encoder_through_the_pipeline():
+  from jaxsel.encoders import tiny_encoder
+  enc = tiny_encoder()
+  docs = ["the cat sat on the mat. a dog ran in the park. cats like mats.",
+          "rain fell all day. the park was wet."]
+  res = Pipeline(enc, unit="sentence").select("where is the cat?", docs, budget=20)
+  ps = text.split_documents(docs, unit="sentence", tokenizer=enc.tokenizer)
+  e = enc.encode([p.text for p in ps], prompt="passage")
+  r = jaxsel.cosine_similarity(enc.encode(["where is the cat?"], prompt="query"), e)
+  sel = jaxsel.greedy(jaxsel.facility_location(jaxsel.cosine_similarity(e), r), k=len(ps),
+                      costs=np.array([p.tokens for p in ps]), budget=20.0, min_gain=1e-6)
+  np.testing.assert_array_equal(res.indices, np.asarray(sel.indices)[:int(sel.count)])
+  assert [p.tokens for p in ps] == [len(i) for i in enc.tokenizer(
+      [p.text for p in ps], add_special_tokens=False)["input_ids"]]
+
+
+def test_bad_input(enc):
+  pipe = Pipeline(enc)
+  with pytest.raises(ValueError, match="method='coverage'"):
+    pipe.select(None, [DOC], budget=100)
+  with pytest.raises(ValueError, match="below the smallest passage"):
+    pipe.select(Q0, [DOC], budget=3)
+  with pytest.raises(ValueError, match="empty"):
+    pipe.select(Q0, [], budget=100)
+  with pytest.raises(ValueError, match="no text"):
+    pipe.select(Q0, ["   \n  "], budget=100)
+  with pytest.raises(TypeError, match="wrap it"):
+    pipe.select(Q0, DOC, budget=100)
+  with pytest.raises(ValueError, match="No documents"):
+    pipe.select(Q0, budget=100)
+  with pytest.raises(ValueError, match=r"queries\[0\]"):
+    pipe.select([""], [DOC], budget=100)
+  with pytest.raises(ValueError, match="budget"):
+    pipe.select(Q0, [DOC], budget=-1)
+  with pytest.raises(ValueError, match="Unknown `method`.*corag"):
+    Pipeline(enc, method="best")
+  with pytest.raises(TypeError, match="encode"):
+    Pipeline(object())
+  with pytest.raises(ValueError, match="index is empty"):
+    pipe.select(Q0, VectorIndex(64), budget=100)
+  with pytest.raises(ValueError, match="Unknown CORAG scorer"):
+    Pipeline(enc, method="corag", corag_scorer="magic").select(Q0, [DOC], budget=100)
