@@ -324,13 +324,13 @@ def new_agent(config: AgentConfig, *, seed: int = 0) -> ConfigAgent:
   if not isinstance(config, AgentConfig):
     raise TypeError(f"`config` must be an AgentConfig, got {type(config).__name__}.")
   graphdef, _ = nnx.split(nnx.eval_shape(lambda: ConfigAgent(config, rngs=nnx.Rngs(0))))
-  state = _init_state(config, int(seed))
+  state = _init_state(config, jax.random.key(int(seed)))
   return nnx.merge(graphdef, state)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _init_state(config: AgentConfig, seed: int):
-  return nnx.state(ConfigAgent(config, rngs=nnx.Rngs(seed)))
+@functools.partial(jax.jit, static_argnums=0)
+def _init_state(config: AgentConfig, key: Array):
+  return nnx.state(ConfigAgent(config, rngs=nnx.Rngs(key)))
 
 
 def agent_params(agent: ConfigAgent) -> dict:

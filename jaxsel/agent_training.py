@@ -132,6 +132,19 @@ class TrainResult(NamedTuple):
   metrics: dict  # final metrics on the validation set (or the training set without one)
 
 
+_STEPS: dict = {}
+
+
+def cached_train_step(graphdef, learning_rate: float, weights: LossWeights):
+  """`(tx, step)` for Adam at `learning_rate`, shared by runs of the same model and settings
+  (a resumed run reuses the compiled step)."""
+  key = (graphdef, float(learning_rate), tuple(weights))
+  if key not in _STEPS:
+    tx = optax.adam(learning_rate)
+    _STEPS[key] = (tx, make_train_step(graphdef, tx, weights))
+  return _STEPS[key]
+
+
 def make_train_step(graphdef, tx: optax.GradientTransformation, weights: LossWeights) -> Callable:
   """A jit-compiled `(params, opt_state, batch) -> (params, opt_state, LossParts)`."""
 
@@ -266,9 +279,8 @@ def train_agent(agent_config: AgentConfig, train: AgentDataset, *,
   agent = new_agent(agent_config, seed=config.seed)
   graphdef, _ = nnx.split(agent)
   params = agent_params(agent)
-  tx = optax.adam(config.learning_rate)
+  tx, step = cached_train_step(graphdef, config.learning_rate, config.loss_weights)
   opt_state = tx.init(params)
-  step = make_train_step(graphdef, tx, config.loss_weights)
   expected = {"format": CHECKPOINT_FORMAT, "agent_config": agent_config.to_dict(),
               "train_config": config.resume_key(), "data": train.fingerprint()}
 

@@ -1,0 +1,287 @@
+"""Labels for the configuration agent: sweep scorers and search settings per question.
+
+Shape legend: Q questions, N passages, T positions of an order, G grid settings.
+
+For every question the CORAG search runs with every scorer of a menu over a grid of
+settings (iterations, cost penalty lambda, exploration c); each result is scored against
+the gold (ROUGE-L of the selected context against the gold passages, plus gold-passage
+recall), and the best scorer and settings become the question's label. A question is kept
+for training only when its best scorer beats the best *other* scorer by more than a margin
+(the CORAG paper keeps questions whose best and second-best rerankers differ by > 10%).
+
+The searches are batched: one `jax.vmap`-ed, jit-compiled search per (scorer, iterations)
+covers all questions and all (lambda, c) pairs of the grid at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import os
+import tempfile
+from typing import Callable, Dict, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsel import evaluation
+from jaxsel.objectives import facility_location, saturated_coverage
+from jaxsel.qa import QAExample, QAFeatures
+from jaxsel.scorers import link_scorer, objective_scorer, relevance_scorer
+
+# The paper's grid.
+PAPER_EXPLORATION = (1.5, 2.0, 2.5, 3.0)
+PAPER_COST_PENALTY = (0.15, 0.2, 0.25, 0.3)
+PAPER_ITERATIONS = (5, 15, 25)
+
+
+# ----------------------------------------------------------------------------- scorer menu
+
+
+def _rel(f: QAFeatures) -> jax.Array:
+  """Query-passage cosine clipped at 0, zero on padding, `[N]`."""
+  r = jnp.einsum("d,nd->n", f.query, f.passages)
+  return jnp.where(f.valid, jnp.maximum(r, 0.0), 0.0)
+
+
+def _sim(f: QAFeatures) -> jax.Array:
+  s = jnp.einsum("nd,md->nm", f.passages, f.passages)
+  return jnp.maximum(s, 0.0)
+
+
+def relevance_only(f: QAFeatures):
+  """Additive relevance: the search then solves NaiveRAG's knapsack exactly."""
+  return relevance_scorer(_rel(f))
+
+
+def facility_location_scorer(f: QAFeatures):
+  return objective_scorer(facility_location(_sim(f), _rel(f), valid=f.valid))
+
+
+def saturated_coverage_scorer(f: QAFeatures):
+  return objective_scorer(saturated_coverage(_sim(f), _rel(f), valid=f.valid))
+
+
+def linked_relevance(f: QAFeatures, *, link_weight: float = 0.5, mention_weight: float = 0.0):
+  """Relevance plus the prefix-conditioned title-link bonus: a passage whose title occurs in
+  an earlier passage earns `link_weight` times that passage's relevance (the second hop of
+  a bridge question), and a passage whose title the question names earns `mention_weight`."""
+  rel = _rel(f)
+  unary = rel + mention_weight * jnp.where(f.valid, f.mentioned, 0.0)
+  return relevance_scorer(unary) + link_weight * link_scorer(f.links * f.valid[None, :], source=rel)
+
+
+# Name -> builder(QAFeatures of one question) -> Scorer. All are cheap (no model calls), so
+# they can be swept over a grid. The embedding and cross-encoder scorers need a model; see
+# `model_scorer_builders`.
+SCORERS: Dict[str, Callable] = {
+    "relevance": relevance_only,
+    "facility_location": facility_location_scorer,
+    "saturated_coverage": saturated_coverage_scorer,
+    "links": functools.partial(linked_relevance, link_weight=0.5, mention_weight=0.0),
+    "links_mentions": functools.partial(linked_relevance, link_weight=0.5, mention_weight=0.3),
+    "links_strong": functools.partial(linked_relevance, link_weight=1.0, mention_weight=0.3),
+}
+
+
+def build_scorer(name: str, features: QAFeatures, builders: Optional[Dict[str, Callable]] = None):
+  """The scorer `name` for one question's features."""
+  builders = SCORERS if builders is None else builders
+  if name not in builders:
+    raise ValueError(f"Unknown scorer {name!r}; available: {', '.join(builders)}.")
+  return builders[name](features)
+
+
+def model_scorer_builders(encoder=None, *, cross_encoder=None, max_len: int = 256) -> Dict[str, Callable]:
+  """Builders of the model-based scorers: `"embedding"` (cosine of the query with the encoder's
+  embedding of the concatenated ordered passages) and `"cross_encoder"`.
+
+  Their builders need the passages' token ids, so they take `(features, chunk_ids [N, Lc],
+  chunk_lens [N], query_ids [Lq], query_len)` via `tokenized_features`."""
+  from jaxsel.scorers import cross_encoder_scorer, embedding_scorer
+  out = {}
+  if encoder is not None:
+    def emb(f, tok):
+      return embedding_scorer(encoder.apply, f.query, tok["chunk_ids"], tok["chunk_lens"],
+                              cls_id=encoder.cls_token_id, sep_id=encoder.sep_token_id,
+                              pad_id=encoder.pad_token_id, max_len=max_len, params=encoder.params)
+    out["embedding"] = emb
+  if cross_encoder is not None:
+    def ce(f, tok):
+      return cross_encoder_scorer(cross_encoder.apply, tok["query_ids"], tok["query_len"],
+                                  tok["chunk_ids"], tok["chunk_lens"], cls_id=cross_encoder.cls_token_id,
+                                  sep_id=cross_encoder.sep_token_id, pad_id=cross_encoder.pad_token_id,
+                                  max_len=512, params=cross_encoder.params)
+    out["cross_encoder"] = ce
+  return out
+
+
+# ----------------------------------------------------------------------------- batched search
+
+
+def _as_jnp(f: QAFeatures) -> QAFeatures:
+  return QAFeatures(*(jnp.asarray(a) for a in f))
+
+
+@functools.partial(jax.jit, static_argnames=("name", "iterations", "max_depth", "builders"))
+def _search_batch(features: QAFeatures, budget, cost_penalty, exploration, *, name, iterations,
+                  max_depth, builders):
+  from jaxsel.search import corag_search
+  builders = dict(builders)
+
+  def one(f, lam, c):
+    scorer = builders[name](f)
+    return corag_search(scorer, f.costs, budget=budget, iterations=iterations, exploration=c,
+                        cost_penalty=lam, max_depth=max_depth, valid=f.valid).order
+
+  return jax.vmap(one)(features, cost_penalty, exploration)
+
+
+def search_orders(features: QAFeatures, scorer: str, *, budget: float, iterations, cost_penalty,
+                  exploration, max_depth: int = 6, builders: Optional[Dict[str, Callable]] = None):
+  """CORAG orders `[Q, T]` for a batch of questions with one scorer.
+
+  `iterations` is an int (static) or a `[Q]` array of per-question values (grouped, one
+  compiled search per distinct value); `cost_penalty` and `exploration` are scalars or `[Q]`.
+  """
+  builders = SCORERS if builders is None else builders
+  if scorer not in builders:
+    raise ValueError(f"Unknown scorer {scorer!r}; available: {', '.join(builders)}.")
+  q = features.costs.shape[0]
+  n = features.costs.shape[1]
+  max_depth = min(max_depth, n)
+  lam = np.broadcast_to(np.asarray(cost_penalty, np.float32), (q,))
+  c = np.broadcast_to(np.asarray(exploration, np.float32), (q,))
+  its = np.broadcast_to(np.asarray(iterations, np.int64), (q,))
+  out = np.full((q, max_depth), -1, np.int32)
+  frozen = tuple(sorted(builders.items()))
+  for it in np.unique(its):
+    rows = np.nonzero(its == it)[0]
+    sub = _as_jnp(QAFeatures(*(a[rows] for a in features)))
+    out[rows] = np.asarray(_search_batch(sub, jnp.float32(budget), jnp.asarray(lam[rows]),
+                                         jnp.asarray(c[rows]), name=scorer, iterations=int(it),
+                                         max_depth=max_depth, builders=frozen))
+  return out
+
+
+# ----------------------------------------------------------------------------- labelling
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelGrid:
+  """The settings swept per scorer."""
+  iterations: tuple = PAPER_ITERATIONS
+  cost_penalty: tuple = PAPER_COST_PENALTY
+  exploration: tuple = PAPER_EXPLORATION
+
+  def settings(self) -> list:
+    return list(itertools.product(self.iterations, self.cost_penalty, self.exploration))
+
+
+def quality(metrics: dict, *, recall_weight: float = 1.0) -> float:
+  """The label's objective: ROUGE-L against the gold passages plus gold-passage recall."""
+  return metrics["rouge_l"] + recall_weight * metrics["recall"]
+
+
+class Label(NamedTuple):
+  id: str
+  scorer: str
+  iterations: int
+  cost_penalty: float
+  exploration: float
+  score: float  # quality of the best (scorer, settings)
+  second_scorer: str
+  second_score: float  # best quality of any other scorer
+  keep: bool  # best beats the second-best scorer by more than the margin
+  scores: dict  # scorer -> its best quality
+
+  def to_json(self) -> dict:
+    return self._asdict()
+
+
+def label_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers: Sequence[str],
+                budget: float, grid: LabelGrid = LabelGrid(), margin: float = 0.10,
+                max_depth: int = 6, builders: Optional[Dict[str, Callable]] = None,
+                progress: bool = False) -> list:
+  """Labels a batch of questions: best scorer and settings by `quality`.
+
+  For each (scorer, setting) the whole batch runs as one vmapped search. Ties (the same
+  quality) go to the earlier scorer and setting, so labels are deterministic. `keep` is true
+  when `best > (1 + margin) * second_best` over scorers.
+  """
+  q = len(examples)
+  if features.costs.shape[0] != q:
+    raise ValueError(f"`features` hold {features.costs.shape[0]} questions, `examples` {q}.")
+  if not scorers:
+    raise ValueError("`scorers` is empty.")
+  settings = grid.settings()
+  best = {s: (np.full(q, -np.inf), np.zeros(q, np.int64)) for s in scorers}
+  cache: dict = {}
+  combos = [(s, g) for s in scorers for g in range(len(settings))]
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm
+    bar = tqdm(total=len(combos), desc="label", unit="run")
+  for s, g in combos:
+    it, lam, c = settings[g]
+    orders = search_orders(features, s, budget=budget, iterations=it, cost_penalty=lam,
+                           exploration=c, max_depth=max_depth, builders=builders)
+    for i, ex in enumerate(examples):
+      key = (i, tuple(int(x) for x in orders[i] if x >= 0))
+      if key not in cache:  # identical selections share their (slow) ROUGE computation
+        m = evaluation.selection_metrics(orders[i], texts=ex.texts(), gold=ex.gold,
+                                         costs=features.costs[i][:len(ex.passages)], answers=ex.answers)
+        cache[key] = quality(m)
+      v = cache[key]
+      if v > best[s][0][i]:
+        best[s][0][i], best[s][1][i] = v, g
+    if bar is not None:
+      bar.update(1)
+  if bar is not None:
+    bar.close()
+  labels = []
+  for i, ex in enumerate(examples):
+    per = {s: float(best[s][0][i]) for s in scorers}
+    ranked = sorted(scorers, key=lambda s: (-per[s], scorers.index(s)))
+    top = ranked[0]
+    second = ranked[1] if len(ranked) > 1 else top
+    it, lam, c = settings[int(best[top][1][i])]
+    sec = per[second] if len(ranked) > 1 else -np.inf
+    keep = len(ranked) > 1 and per[top] > (1 + margin) * sec
+    labels.append(Label(ex.id, top, int(it), float(lam), float(c), per[top], second,
+                        float(sec), bool(keep), per))
+  return labels
+
+
+def read_labels(path: str) -> list:
+  """Labels already written to a JSONL file (empty if it does not exist)."""
+  if not os.path.exists(path):
+    return []
+  out = []
+  with open(path, encoding="utf-8") as f:
+    for i, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{path}:{i}: corrupt label line ({e}); delete the file to relabel.") from None
+  return out
+
+
+def write_labels(path: str, rows: Sequence[dict]) -> None:
+  """Writes all label rows to `path` atomically (temp file + rename)."""
+  d = os.path.dirname(os.path.abspath(path))
+  os.makedirs(d, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=d, prefix=".labels-", suffix=".jsonl")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      for r in rows:
+        f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise

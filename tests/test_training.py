@@ -1,0 +1,151 @@
+"""Label, train and evaluate scripts end to end on a tiny HotpotQA sample; metrics against
+plain references; the batched search agrees with per-question calls."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from jaxsel import evaluation, labels, qa, qa_eval
+from jaxsel.agent import load_agent
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "tests", "data", "hotpotqa_sample.jsonl")
+sys.path.insert(0, os.path.join(ROOT, "training"))
+
+import evaluate as evaluate_script  # noqa: E402
+import label_queries  # noqa: E402
+import train_agent as train_script  # noqa: E402
+
+
+class HashEncoder:
+  """A deterministic stand-in encoder (bag of hashed words) so feature tests need no model."""
+  tokenizer = None
+
+  def encode(self, texts, *, batch_size=32, prompt_name=None, progress=None):
+    out = np.zeros((len(texts), 64), np.float32)
+    for i, t in enumerate(texts):
+      for w in t.lower().split():
+        out[i, hash(w) % 64] += 1.0
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+@pytest.fixture(scope="module")
+def sample():
+  ex = qa.load_qa_jsonl(SAMPLE)
+  return ex, qa.featurize(HashEncoder(), ex)
+
+
+def test_load_and_split(sample, tmp_path):
+  ex, f = sample
+  assert len(ex) == 8 and all(sum(e.gold) == 2 for e in ex)
+  assert f.passages.shape == (8, 10, 64) and f.valid.sum() == sum(len(e.passages) for e in ex)
+  tr, ho = qa.split_by_id(ex, n_train=5, seed=0)
+  assert len(tr) == 5 and len(ho) == 3 and not {e.id for e in tr} & {e.id for e in ho}
+  tr2, _ = qa.split_by_id(list(reversed(ex)), n_train=5, seed=0)  # order-independent
+  assert {e.id for e in tr} == {e.id for e in tr2}
+  # Generic format and clear errors.
+  p = tmp_path / "g.jsonl"
+  p.write_text(json.dumps({"question": "q?", "passages": [{"title": "A", "text": "x"}, "y"],
+                           "gold": [1], "answer": "x"}) + "\n")
+  g = qa.load_qa_jsonl(str(p))[0]
+  assert g.gold == (False, True) and g.answers == ("x",) and g.texts() == ["A: x", "y"]
+  p.write_text("{bad\n")
+  with pytest.raises(ValueError, match="not valid JSON"):
+    qa.load_qa_jsonl(str(p))
+
+
+def test_metrics_against_hand_computed():
+  texts = ["Paris is big.", "Berlin is old.", "Rome: pasta."]
+  m = evaluation.selection_metrics([0, 2, -1], texts=texts, gold=[True, True, False],
+                                   costs=[3, 4, 5], answers=["Paris"])
+  assert m["recall"] == 0.5 and m["joint_recall"] == 0.0 and m["answer_in_context"] == 1.0
+  assert m["tokens"] == 8.0
+  assert 0 < m["rouge_l"] < 1
+  full = evaluation.selection_metrics([1, 0], texts=texts, gold=[True, True, False], costs=[3, 4, 5],
+                                      answers=["yes"])
+  assert full["joint_recall"] == 1.0 and np.isnan(full["answer_in_context"])
+  assert evaluation.rouge_l("Paris is big.\n\nBerlin is old.", "Paris is big.\n\nBerlin is old.") == 1.0
+
+
+def test_paired_bootstrap():
+  rng = np.random.default_rng(0)
+  a = rng.random(200)
+  ci = evaluation.paired_bootstrap(a + 0.1, a, n_resamples=500)
+  assert ci.low == pytest.approx(0.1) and ci.high == pytest.approx(0.1)  # constant difference
+  b = rng.random(200)
+  ci = evaluation.paired_bootstrap(a, b, n_resamples=2000, seed=1)
+  assert ci.low < ci.mean < ci.high and not ci.excludes_zero()
+  # Matches a plain loop over resamples.
+  d = a - b
+  r = np.random.default_rng(1)
+  means = [d[r.integers(0, 200, 200)].mean() for _ in range(2000)]
+  assert ci.low == pytest.approx(np.percentile(means, 2.5))
+  with pytest.raises(ValueError, match="same questions"):
+    evaluation.paired_bootstrap(a, b[:3])
+
+
+def test_batched_search_matches_single_and_budget(sample):
+  from jaxsel.search import corag_search
+  ex, f = sample
+  orders = labels.search_orders(f, "links_mentions", budget=200, iterations=5, cost_penalty=0.2,
+                                exploration=2.0, max_depth=4)
+  for i in (0, 5):
+    fi = qa.QAFeatures(*(a[i] for a in f))
+    single = corag_search(labels.build_scorer("links_mentions", fi), fi.costs, budget=200, iterations=5,
+                          exploration=2.0, cost_penalty=0.2, max_depth=4, valid=fi.valid)
+    np.testing.assert_array_equal(orders[i], np.asarray(single.order))
+  for m in ("naive", "facility_location", "oracle"):
+    o = qa_eval.method_orders(m, f, budget=200, max_depth=4)
+    cost = np.where(o >= 0, np.take_along_axis(f.costs, np.maximum(o, 0), 1), 0).sum(1)
+    assert (cost <= 200).all() and ((o >= 0).sum(1) >= 1).all()
+
+
+def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
+  out = tmp_path / "labels" / "labels.jsonl"
+  common = ["--data", SAMPLE, "--split", "all", "--no-progress"]
+  rest = ["--scorers", "relevance,links_mentions", "--iterations", "3",
+                   "--cost-penalty", "0.2", "--exploration", "1.5,3.0", "--budget", "200",
+                   "--chunk", "2", "--max-depth", "4", "--out", str(out)]
+  assert label_queries.main(common + ["--limit", "4"] + rest) == 0
+  rows = labels.read_labels(str(out))
+  assert len(rows) == 4 and {r["scorer"] for r in rows} <= {"relevance", "links_mentions"}
+  assert all(r["iterations"] == 3 and r["exploration"] in (1.5, 3.0) for r in rows)
+  assert all(r["score"] >= r["second_score"] for r in rows)
+  # Resumable: a second run over 6 questions labels only the 2 new ones.
+  assert label_queries.main(common + ["--limit", "6"] + rest) == 0
+  rows6 = labels.read_labels(str(out))
+  assert len(rows6) == 6 and rows6[:4] == rows
+  assert os.path.exists(out.parent / "query_embeddings.npz")
+
+  agent_dir = tmp_path / "agent"
+  targs = ["--labels", str(out), "--out", str(agent_dir), "--all", "--batch-size", "4",
+           "--hidden", "16,8", "--val-fraction", "0.34", "--no-progress", "--epochs", "2"]
+  assert train_script.main(targs) == 0
+  metrics = json.load(open(agent_dir / "metrics.json"))
+  assert 0 <= metrics["scorer_accuracy"] <= 1 and metrics["train_examples"] == 4
+  agent = load_agent(str(agent_dir))
+  assert agent.config.scorers == ("relevance", "links_mentions")
+  assert agent.config.iterations_range == (3, 3)
+  with pytest.raises(ValueError, match="already holds checkpoints"):
+    train_script.main(targs)
+  assert train_script.main(targs[:-1] + ["3", "--resume"]) == 0
+  assert len(json.load(open(agent_dir / "metrics.json"))["history"]) == 3
+
+  readme = tmp_path / "README.md"
+  readme.write_text("# Benchmarks\n\n## Other\n\nkeep me\n")
+  eargs = common + ["--limit", "6", "--agent", str(agent_dir), "--methods", "naive,corag_agent,oracle",
+                    "--budgets", "200", "--max-depth", "4", "--resamples", "200", "--iterations", "3",
+                    "--out", str(tmp_path / "eval.json"), "--readme", str(readme)]
+  assert evaluate_script.main(eargs) == 0
+  rep = json.load(open(tmp_path / "eval.json"))
+  res = rep["results"]["200.0"]
+  assert set(res) == {"naive", "corag_agent", "oracle"}
+  assert res["oracle"]["joint_recall"] >= res["naive"]["joint_recall"]
+  assert "joint_recall_diff" in res["corag_agent"]
+  text = readme.read_text()
+  assert "keep me" in text and "## Evaluation" in text and "CORAG + agent" in text
+  evaluate_script.main(eargs)  # rewriting replaces the section instead of appending
+  assert readme.read_text().count("## Evaluation") == 1 and "keep me" in readme.read_text()

@@ -1,0 +1,136 @@
+"""Label training questions for the configuration agent: the best scorer and search settings.
+
+For each question, run the CORAG search with every scorer of the menu over a grid of
+settings, score each selection against the gold passages (ROUGE-L + gold recall), and keep
+the best scorer and settings (`jaxsel.labels.label_batch`). Writes a JSONL of labels (one row
+per question, with `keep` marking those whose best scorer beats the second best by more than
+`--margin`) and `query_embeddings.npz` (the referenced query embeddings) next to it.
+
+Resumable: questions already in the output are skipped; every chunk of questions is written
+atomically (temp file + rename), so an interrupted run loses at most one chunk.
+
+    python training/label_queries.py --out out/labels/labels.jsonl            # 300 train questions
+    python training/label_queries.py --limit 8 --iterations 5 --out /tmp/l.jsonl   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA = os.path.join(ROOT, "..", "shared", "data", "hotpotqa", "dev_subsampled.jsonl")
+
+
+def _floats(s: str) -> tuple:
+  return tuple(float(x) for x in s.split(",") if x.strip())
+
+
+def _ints(s: str) -> tuple:
+  return tuple(int(x) for x in s.split(",") if x.strip())
+
+
+def parse_args(argv=None):
+  from jaxsel import labels
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--data", default=DEFAULT_DATA, help="QA JSONL (IRCoT format or question/passages)")
+  p.add_argument("--split", choices=("train", "held_out", "all"), default="train",
+                 help="which part of the seeded id split to label (default: train)")
+  p.add_argument("--n-train", type=int, default=300, help="questions in the train split")
+  p.add_argument("--split-seed", type=int, default=0)
+  p.add_argument("--limit", type=int, default=None, help="label at most this many questions")
+  p.add_argument("--encoder", default="sentence-transformers/all-MiniLM-L6-v2")
+  p.add_argument("--scorers", default=",".join(labels.SCORERS),
+                 help=f"comma-separated scorer names (available: {', '.join(labels.SCORERS)}; "
+                      "plus 'embedding', and 'cross_encoder' with --cross-encoder)")
+  p.add_argument("--cross-encoder", default=None, help="cross-encoder checkpoint folder or hub id")
+  p.add_argument("--budget", type=float, default=256.0, help="token budget")
+  p.add_argument("--iterations", type=_ints, default=labels.PAPER_ITERATIONS)
+  p.add_argument("--cost-penalty", type=_floats, default=labels.PAPER_COST_PENALTY)
+  p.add_argument("--exploration", type=_floats, default=labels.PAPER_EXPLORATION)
+  p.add_argument("--max-depth", type=int, default=6, help="most passages in a selection")
+  p.add_argument("--margin", type=float, default=0.10, help="keep if best > (1 + margin) * second best")
+  p.add_argument("--chunk", type=int, default=50, help="questions per batch (and per atomic write)")
+  p.add_argument("--out", default=os.path.join(ROOT, "out", "labels", "labels.jsonl"))
+  p.add_argument("--no-progress", action="store_true")
+  return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  from jaxsel import labels as L
+  from jaxsel import qa
+  from jaxsel.encoders import load_encoder
+
+  examples = qa.load_qa_jsonl(args.data)
+  if args.split != "all":
+    train, held = qa.split_by_id(examples, n_train=min(args.n_train, len(examples)), seed=args.split_seed)
+    examples = train if args.split == "train" else held
+  if args.limit is not None:
+    examples = examples[:args.limit]
+  scorers = [s for s in args.scorers.split(",") if s]
+  builders = dict(L.SCORERS)
+  model_scorers = [s for s in scorers if s in ("embedding", "cross_encoder")]
+  encoder = load_encoder(args.encoder)
+  if model_scorers:
+    ce = None
+    if "cross_encoder" in model_scorers:
+      if args.cross_encoder is None:
+        raise SystemExit("scorer 'cross_encoder' needs --cross-encoder PATH")
+      from jaxsel.encoders import load_cross_encoder
+      ce = load_cross_encoder(args.cross_encoder)
+    builders.update(L.model_scorer_builders(encoder, cross_encoder=ce))
+  unknown = [s for s in scorers if s not in builders]
+  if unknown:
+    raise SystemExit(f"unknown scorer(s) {unknown}; available: {', '.join(builders)}")
+  grid = L.LabelGrid(args.iterations, args.cost_penalty, args.exploration)
+
+  out_dir = os.path.dirname(os.path.abspath(args.out))
+  os.makedirs(out_dir, exist_ok=True)
+  emb_path = os.path.join(out_dir, "query_embeddings.npz")
+  rows = L.read_labels(args.out)
+  done = {r["id"] for r in rows}
+  emb = dict(np.load(emb_path)) if os.path.exists(emb_path) else {}
+  todo = [e for e in examples if e.id not in done]
+  print(f"{len(examples)} questions, {len(done)} already labelled, {len(todo)} to go; "
+        f"scorers {scorers}; {len(grid.settings())} settings each", file=sys.stderr)
+  n_max = max(len(e.passages) for e in examples) if examples else 0
+  run = {"data": os.path.basename(args.data), "budget": args.budget, "encoder": args.encoder,
+         "grid": {"iterations": grid.iterations, "cost_penalty": grid.cost_penalty,
+                  "exploration": grid.exploration}, "margin": args.margin}
+  t0 = time.time()
+  for s in range(0, len(todo), args.chunk):
+    batch = todo[s:s + args.chunk]
+    feats = qa.featurize(encoder, batch, n_max=n_max)
+    if model_scorers:
+      raise SystemExit("model scorers ('embedding', 'cross_encoder') are not supported by the "
+                       "batched sweep yet; label with the objective/link scorers.")
+    labs = L.label_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
+                         margin=args.margin, max_depth=args.max_depth, builders=builders,
+                         progress=not args.no_progress)
+    for e, lab, q in zip(batch, labs, feats.query):
+      emb[e.id] = q
+      rows.append({**lab.to_json(), "embedding": {"file": os.path.basename(emb_path), "key": e.id},
+                   "question": e.question, "run": run})
+    # Embeddings first: a label row never references a missing embedding.
+    tmp = emb_path + ".tmp.npz"
+    np.savez(tmp, **emb)
+    os.replace(tmp, emb_path)
+    L.write_labels(args.out, rows)
+    print(f"labelled {min(s + args.chunk, len(todo))}/{len(todo)} ({time.time() - t0:.0f}s)", file=sys.stderr)
+  kept = sum(r["keep"] for r in rows)
+  counts = {}
+  for r in rows:
+    if r["keep"]:
+      counts[r["scorer"]] = counts.get(r["scorer"], 0) + 1
+  print(json.dumps({"labelled": len(rows), "kept": kept, "best_scorer_counts": counts}))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
