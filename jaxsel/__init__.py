@@ -37,6 +37,8 @@ from jaxsel.scorers import (
 )
 from jaxsel.search import SearchResult, Tree, corag_search
 from jaxsel.baselines import exhaustive_search, mmr, naive_rag
+from jaxsel.agent import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
+from jaxsel.agent_training import TrainConfig, train_agent
 from jaxsel.large import (
     EmbeddingFacilityLocation,
     EmbeddingSaturatedCoverage,
@@ -88,6 +90,13 @@ __all__ = [
     "relevance_scorer",
     "title_links",
     "weighted_sum",
+    "AgentConfig",
+    "ConfigAgent",
+    "SearchChoice",
+    "TrainConfig",
+    "load_agent",
+    "save_agent",
+    "train_agent",
     "EmbeddingFacilityLocation",
     "EmbeddingSaturatedCoverage",
     "KnnFacilityLocation",
