@@ -51,7 +51,13 @@ from jaxsel.large import (
     knn_saturated_coverage,
     saturated_coverage_from_embeddings,
 )
-from jaxsel.sharding import candidate_sharded_greedy, shard_batch, sharded_greedy, sharded_vmap
+from jaxsel.sharding import (
+    candidate_sharded_greedy,
+    shard_batch,
+    sharded_greedy,
+    sharded_search,
+    sharded_vmap,
+)
 
 __version__ = "0.1.0"
 
@@ -110,5 +116,6 @@ __all__ = [
     "saturated_coverage_from_embeddings",
     "shard_batch",
     "sharded_greedy",
+    "sharded_search",
     "sharded_vmap",
 ]

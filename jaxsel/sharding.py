@@ -4,7 +4,7 @@ Shape legend: B batch, N candidates, K picks, d devices on the sharded mesh axes
 
 Two kinds of parallelism, both giving the same picks as one device:
 
-* **data parallel** (`sharded_vmap`, `sharded_greedy`): a batch of independent problems is
+* **data parallel** (`sharded_vmap`, `sharded_greedy`, `sharded_search`): a batch of independent problems is
   split along `[B]` over the devices; each device runs `jax.vmap` of the one-instance
   algorithm on its slice, with no communication (a batch that does not divide evenly is
   padded with copies of its last instance, and the copies are dropped);
@@ -44,6 +44,7 @@ from jaxsel.large import (
     KnnSaturatedCoverage,
 )
 from jaxsel.objectives import FacilityLocation, SaturatedCoverage
+from jaxsel.search import SearchResult, corag_search
 
 Array = jax.Array
 AxisNames = Union[str, Sequence[str], None]
@@ -202,13 +203,13 @@ def sharded_greedy(objectives, *, mesh: Mesh, k: int, axis: AxisNames = None, co
     `Selection` with a leading `[B]` axis, equal to `jax.vmap` of `jaxsel.greedy` with the
     same per-instance keys on one device.
   """
+  axes, _ = _mesh_axes(mesh, axis)
   valid = getattr(objectives, "valid", None)
   if valid is None or np.ndim(valid) != 2:
     raise ValueError("`objectives` must be a batch of jaxsel objectives, every array with a "
                      "leading [B] axis (`valid` [B, N]); for one large problem use "
                      "`jaxsel.candidate_sharded_greedy`.")
   b = valid.shape[0]
-  axes, _ = _mesh_axes(mesh, axis)
   _check_costs(costs, budget)
 
   def per_instance(x, dtype):
@@ -220,6 +221,47 @@ def sharded_greedy(objectives, *, mesh: Mesh, k: int, axis: AxisNames = None, co
     key = jax.random.split(key, b)
   run = _batched_greedy(mesh, axes, k, method, epsilon, block)
   return run(objectives, costs, budget, min_gain, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _batched_search(mesh, axes, iterations, max_depth, backup):
+  def one(scorer, costs, budget, valid, exploration, cost_penalty):
+    return corag_search(scorer, costs, budget=budget, iterations=iterations,
+                        exploration=exploration, cost_penalty=cost_penalty,
+                        max_depth=max_depth, valid=valid, backup=backup)
+  return sharded_vmap(one, mesh=mesh, axis=axes)
+
+
+def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis: AxisNames = None,
+                   exploration=2.4, cost_penalty=0.1, max_depth: Optional[int] = None,
+                   valid=None, backup: str = "max") -> SearchResult:
+  """`jax.vmap(jaxsel.corag_search)` over a batch of queries split over the devices of `mesh`.
+
+  Args:
+    scorers: a batch of scorers, every array leaf with a leading `[B]` axis (build them
+      under `jax.vmap`, see `jaxsel.scorers`).
+    costs: `[B, N]` chunk costs; `valid`: bool `[B, N]` (default all valid).
+    budget, exploration, cost_penalty: `[]` or `[B]`.
+    iterations, max_depth, backup: as in `jaxsel.corag_search` (static, shared).
+    mesh, axis: as in `sharded_greedy`.
+
+  Returns:
+    `SearchResult` with a leading `[B]` axis, equal to the one-device `jax.vmap`.
+  """
+  costs = _checks.as_float_array(costs, "costs")
+  if costs.ndim != 2:
+    raise ValueError(f"`costs` must be [B, N] (one row per query), got shape {costs.shape}.")
+  b, n = costs.shape
+  axes, _ = _mesh_axes(mesh, axis)
+  _check_costs(costs, budget)
+  valid = _checks.check_valid(valid, n, batch_shape=(b,))
+
+  def per_query(x):
+    return jnp.broadcast_to(jnp.asarray(x, jnp.float32), (b,))
+
+  run = _batched_search(mesh, axes, iterations, max_depth, backup)
+  return run(scorers, costs, per_query(budget), valid, per_query(exploration),
+             per_query(cost_penalty))
 
 
 @struct.dataclass
