@@ -58,6 +58,9 @@ from jaxsel.sharding import (
     sharded_search,
     sharded_vmap,
 )
+from jaxsel.text import Passage, split_documents, split_text, token_costs
+from jaxsel.index import SearchHits, VectorIndex
+from jaxsel.pipeline import Pipeline, SelectionResult, available_methods
 
 __version__ = "0.1.0"
 
@@ -118,4 +121,13 @@ __all__ = [
     "sharded_greedy",
     "sharded_search",
     "sharded_vmap",
+    "Passage",
+    "split_documents",
+    "split_text",
+    "token_costs",
+    "SearchHits",
+    "VectorIndex",
+    "Pipeline",
+    "SelectionResult",
+    "available_methods",
 ]
