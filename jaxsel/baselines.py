@@ -161,11 +161,13 @@ def num_ordered_combinations(n: int, max_size: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("batch_size",))
-def _exhaustive(scorer, costs, budget, valid, combos, *, batch_size):
-  used = combos >= 0
-  safe = jnp.where(used, combos, 0)
+def _exhaustive(scorer, costs, budget, valid, combos, used, safe, *, batch_size):
+  # `used`/`safe` come precomputed from NumPy: when the caller's jit makes `combos` a
+  # constant, XLA would otherwise spend seconds constant-folding them.
   cost = jnp.sum(jnp.where(used, costs[safe], 0), axis=-1)  # [C]
-  ok = (cost <= budget) & jnp.all(valid[safe] | ~used, axis=-1)
+  ok = cost <= budget
+  if valid is not None:
+    ok &= jnp.all(valid[safe] | ~used, axis=-1)
   vals = lax.map(scorer, combos, batch_size=min(batch_size, combos.shape[0])).astype(jnp.float32)
   score = jnp.where(ok, vals, -jnp.inf)
   best = jnp.argmax(score)  # ties: the first, i.e. the shortest, lexicographically smallest
@@ -181,6 +183,7 @@ def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
   scorer call each); `max_size ≤ 5`. If no chunk fits, the result is the empty combination.
   `order` has shape `[max_size]`.
   """
+  masked = valid is not None
   costs, budget, valid, max_size = check_inputs(scorer, costs, budget, valid, max_size,
                                                 depth_name="max_size")
   if max_size > MAX_EXHAUSTIVE_SIZE:
@@ -189,5 +192,7 @@ def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
                      "use `jaxsel.corag_search` for longer orders.")
   if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
-  combos = jnp.asarray(ordered_combinations(costs.shape[0], max_size))
-  return _exhaustive(scorer, costs, budget, valid, combos, batch_size=batch_size)
+  combos = ordered_combinations(costs.shape[0], max_size)
+  used = combos >= 0
+  return _exhaustive(scorer, costs, budget, valid if masked else None, jnp.asarray(combos),
+                     jnp.asarray(used), jnp.asarray(np.where(used, combos, 0)), batch_size=batch_size)

@@ -17,16 +17,17 @@ root; a child appends one unused chunk to its parent's order. Every iteration
 
 A node that cannot grow (depth T, or no unused chunk fits) is *exhausted*, and so is a node
 whose children are all exhausted; the descent skips exhausted children, so no iteration is
-spent re-visiting a finished branch, and the search stops early once the whole tree is built
-(then it has scored every ordered combination within the budget and depth: it is exact).
+spent re-visiting a finished branch; once the whole tree is built (it has then scored every
+ordered combination within the budget and depth, so its answer is exact) the remaining
+iterations do nothing.
 
 The answer is the best-valued node anywhere in the tree (every node fits the budget by
 construction, so the budget is never exceeded). The empty combination is the answer only when
 no single chunk fits. Ties go to the node created first (fewer chunks, lower indices), so the
 search is deterministic.
 
-Everything is fixed-shape arrays in `lax` loops: the children of the `e`-th expansion occupy
-the block `1 + e·N … 1 + e·N + N − 1`, slot `j` holding chunk `j` (a non-fitting chunk leaves
+Everything is fixed-shape arrays in `lax` loops: the children expanded in iteration `i` occupy
+the block `1 + i·N … 1 + i·N + N − 1`, slot `j` holding chunk `j` (a non-fitting chunk leaves
 its slot empty, `exists = False`). `jax.vmap` the search over a batch of queries.
 """
 
@@ -62,7 +63,7 @@ class Tree:
   exists: Array  # [M] bool
   first_child: Array  # [M] int32 start of the node's children block, -1 if not expanded
   exhausted: Array  # [M] bool the node's subtree is fully built
-  num_expanded: Array  # [] int32 iterations run (expansions)
+  num_expanded: Array  # [] int32 iterations that expanded a node
   num_candidates: int = struct.field(pytree_node=False)
 
   def children(self, node) -> Array:
@@ -154,8 +155,9 @@ def _can_grow(used: Array, cost: Array, costs: Array, valid: Array, budget: Arra
   return jnp.any(valid & ~used & (cost[..., None] + costs <= budget), axis=-1)
 
 
-def _iteration(tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup):
+def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup):
   n = costs.shape[0]
+  active = ~tree.exhausted[0]  # once the whole tree is built, iterations change nothing
   ar = jnp.arange(n, dtype=jnp.int32)
 
   # 1. Descent: highest utility among the non-exhausted children, until an unexpanded node.
@@ -175,12 +177,14 @@ def _iteration(tree: Tree, scorer, costs, budget, valid, exploration, cost_penal
 
   # 2. Expansion: all fitting children, one batched scorer call.
   child_cost = tree.cost[leaf] + costs  # [N]
-  fits = valid & ~used & (child_cost <= budget)
+  fits = valid & ~used & (child_cost <= budget) & active
   orders = jnp.where(jnp.arange(d)[None, :] == depth, ar[:, None], order[None, :])  # [N, T]
   vals = _score_all(scorer, orders)
   child_used = used[None, :] | jnp.eye(n, dtype=bool)
   terminal = (depth + 1 >= d) | ~_can_grow(child_used, child_cost, costs, valid, budget)
-  start = 1 + tree.num_expanded * n
+  # Block `i` belongs to iteration `i`: the index is the (unbatched) loop counter, so under
+  # `vmap` these writes stay dynamic-update-slices rather than scatters.
+  start = 1 + i * n
 
   def put(arr, block):
     return lax.dynamic_update_slice(arr, block.astype(arr.dtype), (start,))
@@ -195,8 +199,8 @@ def _iteration(tree: Tree, scorer, costs, budget, valid, exploration, cost_penal
       cost=put(tree.cost, child_cost),
       exists=put(tree.exists, fits),
       exhausted=put(tree.exhausted, terminal | ~fits),
-      first_child=tree.first_child.at[leaf].set(start),
-      num_expanded=tree.num_expanded + 1)
+      first_child=tree.first_child.at[leaf].set(jnp.where(active, start, tree.first_child[leaf])),
+      num_expanded=tree.num_expanded + active.astype(jnp.int32))
 
   # 3. Backup along the path (`path` holds the root … leaf, -1 after the leaf).
   if backup == "max":
@@ -205,7 +209,7 @@ def _iteration(tree: Tree, scorer, costs, budget, valid, exploration, cost_penal
     reward = jnp.sum(jnp.where(fits, vals, 0)) / jnp.maximum(jnp.sum(fits), 1)
   on_path = path >= 0
   m = tree.visits.shape[0]
-  dst = jnp.where(on_path, path, m)  # out of range: dropped
+  dst = jnp.where(on_path & active, path, m)  # out of range: dropped
   tree = tree.replace(visits=tree.visits.at[dst].add(1, mode="drop"),
                       value_sum=tree.value_sum.at[dst].add(reward, mode="drop"))
 
@@ -245,7 +249,7 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
 
   step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,
                            exploration=exploration, cost_penalty=cost_penalty, d=d, backup=backup)
-  tree = lax.while_loop(lambda t: (t.num_expanded < iterations) & ~t.exhausted[0], step, tree)
+  tree = lax.fori_loop(0, iterations, step, tree)
 
   # The answer: the best non-root node (the root only when nothing was created).
   score = jnp.where(tree.exists & (tree.depth > 0), tree.value, -jnp.inf)
@@ -277,7 +281,7 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       the result is the empty combination (`length = 0`, `order` all -1, `cost = 0`,
       `value` = the scorer's value of the empty order).
     iterations: number of expansions (static); the tree holds `1 + iterations · N` nodes.
-      The search stops earlier once every combination within budget and depth is scored.
+      Once every combination within budget and depth is scored, further iterations are no-ops.
     exploration: c in the utility (array-like; may differ per query).
     cost_penalty: λ in the utility, applied to `cost(v) / B`; it steers the descent only: the
       answer is chosen by value.
