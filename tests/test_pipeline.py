@@ -1,8 +1,7 @@
 """Pipeline: results equal calling the library functions directly; batching; prompts; errors.
 
 A deterministic bag-of-hashed-words encoder stands in for a model here (fast, no weights);
-the CLI and notebook tests run the real all-MiniLM-L6-v2, and one test here runs jaxsel's
-own (tiny, random) Flax encoder through the pipeline.
+the CLI and notebook tests run the real all-MiniLM-L6-v2 through the pipeline.
 """
 
 import json
@@ -69,8 +68,8 @@ def _direct(enc, queries, passages, *, nonneg="clip"):
     ("saturated_coverage", [Q0, QUESTIONS[1]["question_text"]]), ("coverage", [])])
 def test_submodular_methods_equal_direct_library_calls(enc, method, queries):
   pipe = Pipeline(enc, method=method, unit="passage", max_tokens=80)
-  res = pipe.select(queries or None, [DOC], budget=200, min_gain=0.0)
-  passages = text.split_documents([DOC], unit="passage", max_tokens=80)
+  res = pipe.select(queries or None, [SMALL], budget=200, min_gain=0.0)
+  passages = text.split_documents([SMALL], unit="passage", max_tokens=80)
   assert res.candidates == passages
   r, s = _direct(enc, queries, passages)
   obj = {"facility_location": lambda: jaxsel.facility_location(s, r),
@@ -95,7 +94,7 @@ def test_submodular_methods_equal_direct_library_calls(enc, method, queries):
 def test_baseline_and_search_methods_equal_direct_calls(enc):
   assert set(available_methods()) == {"facility_location", "saturated_coverage", "coverage",
                                       "mmr", "naive", "corag"}
-  passages = text.split_documents([DOC], unit="passage", max_tokens=80)
+  passages = text.split_documents([SMALL], unit="passage", max_tokens=80)
   costs = np.array([p.tokens for p in passages], np.float32)
   r, s = _direct(enc, [Q0], passages)
   rel = jnp.max(r, axis=0)
@@ -111,7 +110,7 @@ def test_baseline_and_search_methods_equal_direct_calls(enc):
           budget=150.0, iterations=6, exploration=2.4, cost_penalty=0.1, max_depth=n),
   }
   for method, ref in expected.items():
-    res = Pipeline(enc, method=method, max_tokens=80, iterations=6).select(Q0, [DOC], budget=150)
+    res = Pipeline(enc, method=method, max_tokens=80, iterations=6).select(Q0, [SMALL], budget=150)
     order = np.asarray(ref.order)[:int(ref.length)]
     np.testing.assert_array_equal(res.indices, order, err_msg=method)
     assert res.cost <= 150
@@ -206,22 +205,6 @@ def test_min_gain_and_k(enc):
   np.testing.assert_array_equal(cut.indices, full.indices[:len(cut)])  # greedy is a ranking
   top3 = pipe.select(Q0, [SMALL], k=3, min_gain=0.0)
   np.testing.assert_array_equal(top3.indices, full.indices[:3])
-
-
-def test_tiny_flax_encoder_through_the_pipeline():
-  from jaxsel.encoders import tiny_encoder
-  enc = tiny_encoder()
-  docs = ["the cat sat on the mat. a dog ran in the park. cats like mats.",
-          "rain fell all day. the park was wet."]
-  res = Pipeline(enc, unit="sentence").select("where is the cat?", docs, budget=20)
-  ps = text.split_documents(docs, unit="sentence", tokenizer=enc.tokenizer)
-  e = enc.encode([p.text for p in ps], prompt="passage")
-  r = jaxsel.cosine_similarity(enc.encode(["where is the cat?"], prompt="query"), e)
-  sel = jaxsel.greedy(jaxsel.facility_location(jaxsel.cosine_similarity(e), r), k=len(ps),
-                      costs=np.array([p.tokens for p in ps]), budget=20.0, min_gain=1e-6)
-  np.testing.assert_array_equal(res.indices, np.asarray(sel.indices)[:int(sel.count)])
-  assert [p.tokens for p in ps] == [len(i) for i in enc.tokenizer(
-      [p.text for p in ps], add_special_tokens=False)["input_ids"]]
 
 
 def test_bad_input(enc):
