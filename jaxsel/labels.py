@@ -96,25 +96,28 @@ def build_scorer(name: str, features: QAFeatures, builders: Optional[Dict[str, C
 
 
 def model_scorer_builders(encoder=None, *, cross_encoder=None, max_len: int = 256) -> Dict[str, Callable]:
-  """Builders of the model-based scorers: `"embedding"` (cosine of the query with the encoder's
-  embedding of the concatenated ordered passages) and `"cross_encoder"`.
+  """Builders of the model-based scorers, called as `builder(features, tokens)` with the
+  question's `QATokens` from that model's tokenizer (`jaxsel.qa.tokenize`):
 
-  Their builders need the passages' token ids, so they take `(features, chunk_ids [N, Lc],
-  chunk_lens [N], query_ids [Lq], query_len)` via `tokenized_features`."""
+  * `"embedding"`: cosine of the query embedding with the encoder's embedding of the
+    concatenated ordered passages (`jaxsel.embedding_scorer`);
+  * `"cross_encoder"`: a cross-encoder's logit for `[CLS] question [SEP] passages… [SEP]`.
+
+  Each scored order runs the model, so sweeping them is far slower than the other scorers."""
   from jaxsel.scorers import cross_encoder_scorer, embedding_scorer
   out = {}
   if encoder is not None:
     def emb(f, tok):
-      return embedding_scorer(encoder.apply, f.query, tok["chunk_ids"], tok["chunk_lens"],
+      return embedding_scorer(encoder.apply, f.query, tok.chunk_ids, tok.chunk_lens,
                               cls_id=encoder.cls_token_id, sep_id=encoder.sep_token_id,
                               pad_id=encoder.pad_token_id, max_len=max_len, params=encoder.params)
     out["embedding"] = emb
   if cross_encoder is not None:
     def ce(f, tok):
-      return cross_encoder_scorer(cross_encoder.apply, tok["query_ids"], tok["query_len"],
-                                  tok["chunk_ids"], tok["chunk_lens"], cls_id=cross_encoder.cls_token_id,
+      return cross_encoder_scorer(cross_encoder.apply, tok.query_ids, tok.query_len, tok.chunk_ids,
+                                  tok.chunk_lens, cls_id=cross_encoder.cls_token_id,
                                   sep_id=cross_encoder.sep_token_id, pad_id=cross_encoder.pad_token_id,
-                                  max_len=512, params=cross_encoder.params)
+                                  max_len=max(max_len, tok.query_ids.shape[-1] + 3), params=cross_encoder.params)
     out["cross_encoder"] = ce
   return out
 
@@ -127,22 +130,26 @@ def _as_jnp(f: QAFeatures) -> QAFeatures:
 
 
 @functools.partial(jax.jit, static_argnames=("name", "iterations", "max_depth", "builders"))
-def _search_batch(features: QAFeatures, budget, cost_penalty, exploration, *, name, iterations,
-                  max_depth, builders):
+def _search_batch(features: QAFeatures, tokens, budget, cost_penalty, exploration, *, name,
+                  iterations, max_depth, builders):
   from jaxsel.search import corag_search
   builders = dict(builders)
 
-  def one(f, lam, c):
-    scorer = builders[name](f)
+  def one(f, tok, lam, c):
+    scorer = builders[name](f) if tok is None else builders[name](f, tok)
     return corag_search(scorer, f.costs, budget=budget, iterations=iterations, exploration=c,
                         cost_penalty=lam, max_depth=max_depth, valid=f.valid).order
 
-  return jax.vmap(one)(features, cost_penalty, exploration)
+  return jax.vmap(one)(features, tokens, cost_penalty, exploration)
 
 
 def search_orders(features: QAFeatures, scorer: str, *, budget: float, iterations, cost_penalty,
-                  exploration, max_depth: int = 6, builders: Optional[Dict[str, Callable]] = None):
+                  exploration, max_depth: int = 6, builders: Optional[Dict[str, Callable]] = None,
+                  tokens=None):
   """CORAG orders `[Q, T]` for a batch of questions with one scorer.
+
+  `tokens`: the questions' `QATokens` for a model-based scorer (see `model_scorer_builders`),
+  or a dict `{scorer name: QATokens}`; None for the others.
 
   `iterations` is an int (static) or a `[Q]` array of per-question values (grouped, one
   compiled search per distinct value); `cost_penalty` and `exploration` are scalars or `[Q]`.
@@ -158,10 +165,13 @@ def search_orders(features: QAFeatures, scorer: str, *, budget: float, iteration
   its = np.broadcast_to(np.asarray(iterations, np.int64), (q,))
   out = np.full((q, max_depth), -1, np.int32)
   frozen = tuple(sorted(builders.items()))
+  if isinstance(tokens, dict):
+    tokens = tokens.get(scorer)
   for it in np.unique(its):
     rows = np.nonzero(its == it)[0]
     sub = _as_jnp(QAFeatures(*(a[rows] for a in features)))
-    out[rows] = np.asarray(_search_batch(sub, jnp.float32(budget), jnp.asarray(lam[rows]),
+    tok = None if tokens is None else jax.tree.map(lambda a: jnp.asarray(a[rows]), tokens)
+    out[rows] = np.asarray(_search_batch(sub, tok, jnp.float32(budget), jnp.asarray(lam[rows]),
                                          jnp.asarray(c[rows]), name=scorer, iterations=int(it),
                                          max_depth=max_depth, builders=frozen))
   return out
@@ -205,7 +215,7 @@ class Label(NamedTuple):
 def label_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers: Sequence[str],
                 budget: float, grid: LabelGrid = LabelGrid(), margin: float = 0.10,
                 max_depth: int = 6, builders: Optional[Dict[str, Callable]] = None,
-                progress: bool = False) -> list:
+                tokens=None, progress: bool = False) -> list:
   """Labels a batch of questions: best scorer and settings by `quality`.
 
   For each (scorer, setting) the whole batch runs as one vmapped search. Ties (the same
@@ -228,7 +238,7 @@ def label_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers:
   for s, g in combos:
     it, lam, c = settings[g]
     orders = search_orders(features, s, budget=budget, iterations=it, cost_penalty=lam,
-                           exploration=c, max_depth=max_depth, builders=builders)
+                           exploration=c, max_depth=max_depth, builders=builders, tokens=tokens)
     for i, ex in enumerate(examples):
       key = (i, tuple(int(x) for x in orders[i] if x >= 0))
       if key not in cache:  # identical selections share their (slow) ROUGE computation

@@ -178,3 +178,35 @@ def load_features(path: str):
   with np.load(path, allow_pickle=False) as z:
     feats = QAFeatures(*(z[f] for f in QAFeatures._fields))
     return feats, [str(i) for i in z["ids"]], json.loads(str(z["meta"]))
+
+
+class QATokens(NamedTuple):
+  """Token ids of the passages and questions for model-based scorers (no special tokens).
+  `[Q]` leading axis for a batch."""
+  chunk_ids: np.ndarray  # [N, Lc] int32, padded with the tokenizer's pad id
+  chunk_lens: np.ndarray  # [N] int32 real token counts (0 for padding)
+  query_ids: np.ndarray  # [Lq] int32
+  query_len: np.ndarray  # [] int32
+
+
+def tokenize(tokenizer, examples: Sequence[QAExample], *, n_max: int, max_chunk_tokens: int = 128,
+             max_query_tokens: int = 48) -> QATokens:
+  """Token ids of every question's `"title: paragraph"` passages (truncated to
+  `max_chunk_tokens`) and of the question (truncated to `max_query_tokens`)."""
+  pad = tokenizer.pad_token_id or 0
+  q = len(examples)
+  ids = np.full((q, n_max, max_chunk_tokens), pad, np.int32)
+  lens = np.zeros((q, n_max), np.int32)
+  qids = np.full((q, max_query_tokens), pad, np.int32)
+  qlen = np.zeros((q,), np.int32)
+  for i, e in enumerate(examples):
+    if len(e.passages) > n_max:
+      raise ValueError(f"question {e.id!r} has {len(e.passages)} passages, more than n_max={n_max}.")
+    for j, toks in enumerate(tokenizer(e.texts(), add_special_tokens=False)["input_ids"]):
+      toks = toks[:max_chunk_tokens]
+      ids[i, j, :len(toks)] = toks
+      lens[i, j] = len(toks)
+    toks = tokenizer(e.question, add_special_tokens=False)["input_ids"][:max_query_tokens]
+    qids[i, :len(toks)] = toks
+    qlen[i] = len(toks)
+  return QATokens(ids, lens, qids, qlen)

@@ -50,6 +50,7 @@ def parse_args(argv=None):
   p.add_argument("--features", default=None, help="cache of the question features (.npz)")
   p.add_argument("--out", default=os.path.join(ROOT, "out", "evaluation.json"))
   p.add_argument("--readme", default=None, help="write the table into this markdown file's section")
+  p.add_argument("--no-progress", action="store_true")
   return p.parse_args(argv)
 
 
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
   budgets = [float(b) for b in args.budgets.split(",")]
   t0 = time.time()
   results = qa_eval.evaluate_methods(
-      examples, feats, methods=methods, budgets=budgets, n_resamples=args.resamples, progress=True,
+      examples, feats, methods=methods, budgets=budgets, n_resamples=args.resamples, progress=not args.no_progress,
       max_depth=args.max_depth, scorer=args.scorer, iterations=args.iterations,
       cost_penalty=args.cost_penalty, exploration=args.exploration, agent=agent)
   report = {"n_questions": len(examples), "split": args.split, "budgets": budgets,

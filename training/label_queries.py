@@ -77,8 +77,8 @@ def main(argv=None) -> int:
   builders = dict(L.SCORERS)
   model_scorers = [s for s in scorers if s in ("embedding", "cross_encoder")]
   encoder = load_encoder(args.encoder)
+  ce = None
   if model_scorers:
-    ce = None
     if "cross_encoder" in model_scorers:
       if args.cross_encoder is None:
         raise SystemExit("scorer 'cross_encoder' needs --cross-encoder PATH")
@@ -107,12 +107,14 @@ def main(argv=None) -> int:
   for s in range(0, len(todo), args.chunk):
     batch = todo[s:s + args.chunk]
     feats = qa.featurize(encoder, batch, n_max=n_max)
-    if model_scorers:
-      raise SystemExit("model scorers ('embedding', 'cross_encoder') are not supported by the "
-                       "batched sweep yet; label with the objective/link scorers.")
+    tokens = {}
+    if "embedding" in model_scorers:
+      tokens["embedding"] = qa.tokenize(encoder.tokenizer, batch, n_max=n_max)
+    if "cross_encoder" in model_scorers:
+      tokens["cross_encoder"] = qa.tokenize(ce.tokenizer, batch, n_max=n_max)
     labs = L.label_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
                          margin=args.margin, max_depth=args.max_depth, builders=builders,
-                         progress=not args.no_progress)
+                         tokens=tokens, progress=not args.no_progress)
     for e, lab, q in zip(batch, labs, feats.query):
       emb[e.id] = q
       rows.append({**lab.to_json(), "embedding": {"file": os.path.basename(emb_path), "key": e.id},
