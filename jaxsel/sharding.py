@@ -119,6 +119,32 @@ def _place(tree, specs, mesh: Mesh):
   return jax.tree.map(put_all, specs, tree, is_leaf=lambda s: isinstance(s, P) or s is None)
 
 
+def _global(tree, specs, mesh: Mesh):
+  """With several processes: host-local arrays -> global `jax.Array`s laid out as `specs`.
+
+  A jitted computation over a mesh that spans processes only takes global arrays. Every
+  process passes the same whole arrays; each transfers only its own devices' slices. With
+  one process this is the identity (`_place` lays the arrays out inside `jit`).
+  """
+  if jax.process_count() == 1:
+    return tree
+
+  def put(spec, x):
+    if x is None or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+      return x
+    sharding = NamedSharding(mesh, spec)
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+      data = put(spec, jax.random.key_data(x))
+      return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+  def put_all(spec, sub):
+    return jax.tree.map(functools.partial(put, spec), sub)
+
+  return jax.tree.map(put_all, specs, tree, is_leaf=lambda s: isinstance(s, P) or s is None)
+
+
 def _pad_rows(x: Array, rows: int, *, repeat_last: bool, axis: int = 0) -> Array:
   extra = rows - x.shape[axis]
   if extra == 0:
@@ -144,7 +170,7 @@ def sharded_vmap(fn: Callable, *, mesh: Mesh, axis: AxisNames = None) -> Callabl
   spec = _spec(axes)
 
   @jax.jit
-  def run(*args):
+  def run_jit(*args):
     sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(args)}
     if len(sizes) != 1 or None in sizes or 0 in sizes:
       raise ValueError(
@@ -163,6 +189,9 @@ def sharded_vmap(fn: Callable, *, mesh: Mesh, axis: AxisNames = None) -> Callabl
       return out
     # A sharded axis cannot be cut to a size the devices do not divide: gather, then cut.
     return jax.tree.map(lambda x: x[:b], _place(out, P(), mesh))
+
+  def run(*args):
+    return run_jit(*_global(args, P(), mesh))
 
   return run
 
@@ -316,20 +345,15 @@ def _pad_candidates(obj, rows):
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "axes", "k", "method", "epsilon", "block"))
-def _candidate_greedy(obj, costs, budget, min_gain, key, *, mesh, axes, k, method, epsilon, block):
-  d = math.prod(mesh.shape[a] for a in axes)
-  rows = -(-obj.valid.shape[-1] // d) * d
-  obj = _pad_candidates(obj, rows)
-  if costs is not None:
-    costs = _pad_rows(jnp.asarray(costs, jnp.float32), rows, repeat_last=False)
-
+def _candidate_greedy(obj, valid, costs, budget, min_gain, key, *, mesh, axes, k, method, epsilon,
+                      block):
   def body(local, valid, costs, budget, min_gain, key):
     view = _CandidateShard(local=local, valid=valid, axes=axes)
     return greedy(view, k=k, costs=costs, budget=budget, min_gain=min_gain, method=method,
                   key=key, epsilon=epsilon, block=block)
 
   specs = (_candidate_specs(obj, axes),) + (P(),) * 5
-  args = _place((obj, obj.valid, costs, budget, min_gain, key), specs, mesh)
+  args = _place((obj, valid, costs, budget, min_gain, key), specs, mesh)
   return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P())(*args)
 
 
@@ -358,7 +382,7 @@ def candidate_sharded_greedy(objective, *, mesh: Mesh, k: int, axis: AxisNames =
   if np.ndim(objective.valid) != 1:
     raise ValueError(f"`objective` must be one instance (`valid` [N]), got `valid` of shape "
                      f"{np.shape(objective.valid)}; for a batch use `jaxsel.sharded_greedy`.")
-  axes, _ = _mesh_axes(mesh, axis)
+  axes, d = _mesh_axes(mesh, axis)
   n = objective.valid.shape[-1]
   if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
     raise ValueError(f"`k` must be an int between 0 and the number of candidates N={n}, got {k!r}.")
@@ -367,5 +391,12 @@ def candidate_sharded_greedy(objective, *, mesh: Mesh, k: int, axis: AxisNames =
   _check_costs(costs, budget)
   if block is None:
     block = min(n, 32)
-  return _candidate_greedy(objective, costs, budget, min_gain, key, mesh=mesh, axes=axes,
-                           k=int(k), method=method, epsilon=epsilon, block=max(block, 1))
+  # Pad the candidates to a multiple of the device count (a copy only when N does not divide).
+  rows = -(-n // d) * d
+  obj = _pad_candidates(objective, rows)
+  if costs is not None:
+    costs = _pad_rows(jnp.asarray(costs, jnp.float32), rows, repeat_last=False)
+  specs = (_candidate_specs(obj, axes),) + (P(),) * 5
+  args = _global((obj, obj.valid, costs, budget, min_gain, key), specs, mesh)
+  return _candidate_greedy(*args, mesh=mesh, axes=axes, k=int(k), method=method,
+                           epsilon=epsilon, block=max(block, 1))
