@@ -71,6 +71,9 @@ class AgentConfig:
     hidden: tower widths; the last one is the feature width F used by the contrastive loss.
     iterations_range, cost_penalty_range, exploration_range: the valid `[low, high]` of
       each search setting; the regression head predicts inside them.
+    iterations_choices: optional iteration counts (e.g. the labelling grid) that predictions
+      snap to (the nearest one). Each count is a separately compiled search, so a few
+      choices keep a batch of queries to a few compilations. None: any integer in range.
   """
   in_dim: int
   scorers: tuple
@@ -78,6 +81,7 @@ class AgentConfig:
   iterations_range: tuple = (5, 25)
   cost_penalty_range: tuple = (0.0, 0.5)
   exploration_range: tuple = (0.0, 4.0)
+  iterations_choices: Optional[tuple] = None
 
   def __post_init__(self):
     if not isinstance(self.in_dim, (int, np.integer)) or isinstance(self.in_dim, bool) or self.in_dim < 1:
@@ -102,6 +106,15 @@ class AgentConfig:
                        _check_range("cost_penalty_range", self.cost_penalty_range))
     object.__setattr__(self, "exploration_range",
                        _check_range("exploration_range", self.exploration_range))
+    if self.iterations_choices is not None:
+      ch = self.iterations_choices
+      if isinstance(ch, (str, bytes)) or not isinstance(ch, Sequence) or not ch or not all(
+          isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in ch):
+        raise TypeError(f"`iterations_choices` must be a non-empty sequence of ints or None, got {ch!r}.")
+      lo, hi = self.iterations_range
+      if not all(lo <= c <= hi for c in ch):
+        raise ValueError(f"`iterations_choices` {tuple(ch)} must lie in `iterations_range` {(lo, hi)}.")
+      object.__setattr__(self, "iterations_choices", tuple(sorted({int(c) for c in ch})))
 
   @property
   def feature_dim(self) -> int:
@@ -162,12 +175,16 @@ def denormalize_settings(config: AgentConfig, normalized: Array) -> tuple:
   """Maps normalised settings `[..., P]` back to valid values.
 
   Returns `(iterations int32 [...], cost_penalty [...], exploration [...])`; iterations are
-  rounded and every value is clipped into its range, so the result is always valid."""
+  rounded (or snapped to the nearest of `config.iterations_choices`) and every value is
+  clipped into its range, so the result is always valid."""
   r = jnp.asarray(config.ranges)
   x = jnp.clip(normalized, 0.0, 1.0)
   raw = r[:, 0] + x * (r[:, 1] - r[:, 0])
   raw = jnp.clip(raw, r[:, 0], r[:, 1])
   iterations = jnp.clip(jnp.round(raw[..., 0]), r[0, 0], r[0, 1]).astype(jnp.int32)
+  if config.iterations_choices is not None:
+    ch = jnp.asarray(config.iterations_choices, jnp.int32)
+    iterations = ch[jnp.argmin(jnp.abs(raw[..., 0:1] - ch), axis=-1)]
   return iterations, raw[..., 1], raw[..., 2]
 
 

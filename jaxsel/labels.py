@@ -169,12 +169,21 @@ def search_orders(features: QAFeatures, scorer: str, *, budget: float, iteration
     tokens = tokens.get(scorer)
   for it in np.unique(its):
     rows = np.nonzero(its == it)[0]
-    sub = _as_jnp(QAFeatures(*(a[rows] for a in features)))
-    tok = None if tokens is None else jax.tree.map(lambda a: jnp.asarray(a[rows]), tokens)
-    out[rows] = np.asarray(_search_batch(sub, tok, jnp.float32(budget), jnp.asarray(lam[rows]),
-                                         jnp.asarray(c[rows]), name=scorer, iterations=int(it),
-                                         max_depth=max_depth, builders=frozen))
+    # Pad a partial group to a power of two (repeating its first row) so that groups of
+    # varying size share a few compiled shapes.
+    size = q if len(rows) == q else min(q, _bucket(len(rows)))
+    padded = np.concatenate([rows, np.full(size - len(rows), rows[0])])
+    sub = _as_jnp(QAFeatures(*(a[padded] for a in features)))
+    tok = None if tokens is None else jax.tree.map(lambda a: jnp.asarray(a[padded]), tokens)
+    res = _search_batch(sub, tok, jnp.float32(budget), jnp.asarray(lam[padded]),
+                        jnp.asarray(c[padded]), name=scorer, iterations=int(it),
+                        max_depth=max_depth, builders=frozen)
+    out[rows] = np.asarray(res)[:len(rows)]
   return out
+
+
+def _bucket(n: int) -> int:
+  return 1 << max(0, (n - 1).bit_length())
 
 
 # ----------------------------------------------------------------------------- labelling

@@ -197,6 +197,12 @@ def test_denormalize_maps_back_and_clips():
   np.testing.assert_allclose(c, [0, 4.0, 2.5, 0.0], atol=1e-6)
   it, lam, c = denormalize_settings(CFG, jnp.array([[-3.0, 7.0, 0.5]]))
   assert int(it[0]) == 5 and float(lam[0]) == 0.5 and float(c[0]) == 2.0
+  snap = AgentConfig(in_dim=D, scorers=("a",), iterations_choices=(25, 5, 15))
+  assert snap.iterations_choices == (5, 15, 25)
+  it, _, _ = denormalize_settings(snap, jnp.asarray(normalize_settings(snap, [[9, 0, 0], [11, 0, 0], [24, 0, 0]])))
+  np.testing.assert_array_equal(np.asarray(it), [5, 15, 25])
+  with pytest.raises(ValueError, match="iterations_choices"):
+    AgentConfig(in_dim=D, scorers=("a",), iterations_choices=(3, 15))
 
 
 def test_predict_batch_and_save_load_roundtrip(trained, tmp_path):

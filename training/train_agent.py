@@ -87,7 +87,8 @@ def main(argv=None) -> int:
   if grid:  # the regression head predicts inside the swept ranges
     cfg_kw = {"iterations_range": (min(grid["iterations"]), max(grid["iterations"])),
               "cost_penalty_range": (0.0, max(grid["cost_penalty"])),
-              "exploration_range": (0.0, max(grid["exploration"]))}
+              "exploration_range": (0.0, max(grid["exploration"])),
+              "iterations_choices": tuple(grid["iterations"])}
   config = AgentConfig(in_dim=emb.shape[1], scorers=scorers,
                        hidden=tuple(int(h) for h in args.hidden.split(",")), **cfg_kw)
   data = make_dataset(config, emb, [r["scorer"] for r in rows], settings)
