@@ -53,7 +53,7 @@ _ELEMENTWISE = ("clip", "shift", "square")
 
 class KnnGraph(NamedTuple):
   """Sparse similarity: candidate j covers items `neighbors[j]` with `similarities[j]`."""
-  neighbors: Array  # [N, m] int32 item ids, any id where the similarity is 0
+  neighbors: Array  # [N, m] int32 item ids (-1 or any id where the similarity is 0: none)
   similarities: Array  # [N, m] non-negative s_{i j} for i = neighbors[j, t]
 
 
@@ -392,12 +392,15 @@ def _graph(graph_or_embeddings, m, valid, nonneg, block):
   if nb.ndim != 2:
     raise ValueError(f"`neighbors` must be [N, m], got shape {nb.shape}.")
   n = nb.shape[0]
-  if _checks.is_concrete(nb) and nb.size and (int(nb.min()) < 0 or int(nb.max()) >= n):
-    raise ValueError(f"`neighbors` must be item ids in [0, N={n}), got range "
-                     f"[{int(nb.min())}, {int(nb.max())}].")
+  if _checks.is_concrete(nb) and nb.size and (int(nb.min()) < -1 or int(nb.max()) >= n):
+    raise ValueError(f"`neighbors` must be item ids in [0, N={n}) or -1 (no neighbour), got "
+                     f"range [{int(nb.min())}, {int(nb.max())}].")
   s = _checks.as_float_array(g.similarities, "similarities")
   if s.shape != nb.shape:
     raise ValueError(f"`similarities` must have the shape of `neighbors` {nb.shape}, got {s.shape}.")
+  # -1 marks an empty slot (an index's missing hit, score -inf): similarity 0 to item 0.
+  s = jnp.where(nb >= 0, s, 0)
+  nb = jnp.maximum(nb, 0)
   _checks.check_finite(s, "similarities")
   _checks.check_nonnegative(s, "similarities", _NEG_FIX)
   v = _checks.check_valid(valid, n)
@@ -413,8 +416,8 @@ def knn_facility_location(graph_or_embeddings, relevance=None, *, m: Optional[in
 
   Args:
     graph_or_embeddings: a `KnnGraph` (`neighbors` `[N, m]`, `similarities` `[N, m]`, e.g.
-      from a vector index's top-m search) or embeddings `[N, D]`, from which the exact
-      top-`m` cosine graph is built (`knn_graph`).
+      from a vector index's top-m search of its own vectors; id -1 = no neighbour) or
+      embeddings `[N, D]`, from which the exact top-`m` cosine graph is built (`knn_graph`).
     relevance: `[Q, N]` (or `[N]`) non-negative query–candidate relevance; `None` gives
       coverage.
     m: neighbours per candidate, needed with embeddings. `m = N` is the dense objective.

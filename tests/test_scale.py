@@ -175,14 +175,23 @@ def test_sparse_knn_matches_numpy_reference(kind):
 
 
 def test_knn_graph_from_an_index_and_stacked_batch():
-  """A precomputed graph (what a vector index's top-m search returns) is accepted as is, and
-  objectives stacked along a new axis run under `jax.vmap`."""
-  emb, rel, valid, _ = _data(seed=7)
-  g = jaxsel.knn_graph(emb, m=5, valid=valid)
-  given = jaxsel.KnnGraph(np.asarray(g.neighbors).astype(np.int64), np.asarray(g.similarities))
-  a, b = _knn("fl", g, rel, valid), _knn("fl", given, rel, valid)
-  np.testing.assert_array_equal(a.neighbors, b.neighbors)
-  np.testing.assert_array_equal(a.similarities, b.similarities)
+  """The graph from `jaxsel.VectorIndex` top-m search of its own vectors (the README recipe)
+  gives the objective `knn_graph` gives, and objectives stacked along a new axis run under
+  `jax.vmap`."""
+  emb, rel, _, _ = _data(seed=7)
+  index = jaxsel.VectorIndex(dim=D)
+  index.add(emb)
+  hits = [index.search(index.embeddings[i:i + 16], k=5) for i in range(0, len(index), 16)]
+  given = jaxsel.KnnGraph(np.concatenate([h.indices for h in hits]),
+                          np.maximum(np.concatenate([h.scores for h in hits]), 0))
+  a, b = _knn("fl", jaxsel.knn_graph(emb, m=5), rel, None), _knn("fl", given, rel, None)
+  np.testing.assert_allclose(_value(a, _masks(N)[2]), _value(b, _masks(N)[2]), rtol=1e-5)
+  np.testing.assert_allclose(np.sort(b.similarities, axis=1), np.sort(a.similarities, axis=1),
+                             rtol=1e-5, atol=1e-6)
+  # An index's missing hits (id -1, score -inf) are empty slots.
+  holes = jaxsel.KnnGraph(np.array([[0, -1], [1, 0]]), np.array([[1.0, -np.inf], [1.0, 0.5]]))
+  obj = jaxsel.knn_facility_location(holes)
+  np.testing.assert_allclose(obj.similarities, [[1.0, 0.0], [1.0, 0.5]])
   objs = [_matrix_free("coverage", _data(seed=s)[0], None, None, block=16) for s in (8, 9)]
   stacked = jax.tree.map(lambda *x: jnp.stack(x), *objs)
   batch = jax.vmap(lambda o: jaxsel.greedy(o, k=K, method="dense"))(stacked)
@@ -222,6 +231,10 @@ def test_bad_inputs_fail_fast():
           _dense("fl", emb, rel, valid), mesh=mesh, k=2, axis="y")),
       (TypeError, "objective", lambda: jaxsel.candidate_sharded_greedy(object(), mesh=mesh, k=2)),
       (ValueError, "leading batch axis", lambda: jaxsel.shard_batch(np.float32(1.0), mesh)),
+      (ValueError, "same non-empty", lambda: jaxsel.sharded_vmap(lambda a, b: a + b, mesh=mesh)(
+          np.ones(3), np.ones(4))),
+      (ValueError, r"\[B, N\]", lambda: jaxsel.sharded_search(None, np.ones(4), mesh=mesh,
+                                                              budget=1.0, iterations=2)),
   ]
   for exc, match, fn in cases:
     with pytest.raises(exc, match=match):
