@@ -20,6 +20,8 @@ candidates padded to a common N with a `valid` mask, and one `jax.vmap`-ed greed
 
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
 import importlib.util
 import inspect
@@ -211,8 +213,10 @@ class Pipeline:
     candidates: how many passages to retrieve from an index per query before selecting.
     diversity: MMR's weight on redundancy, in [0, 1] (0 is relevance order).
     corag_scorer: what the CORAG search maximises: a name in `CORAG_SCORERS` (the objective
-      of that name with a position `discount`, or discounted relevance) or a callable
-      `(relevance [Q, N], similarity [N, N]) -> scorer` (see `jaxsel.scorers`).
+      of that name with a position `discount`, or discounted relevance), a name from the
+      configuration agent's menu (`jaxsel.labels.SCORERS`: e.g. ``"links"``, relevance plus a
+      bonus for a passage whose title appears in an earlier one; titles are `Passage.title`),
+      or a callable `(relevance [Q, N], similarity [N, N]) -> scorer` (see `jaxsel.scorers`).
     discount: position discount of the CORAG scorers (earlier chunks count more).
     iterations, exploration, cost_penalty, max_depth: CORAG search settings; with `agent`
       (a `jaxsel` configuration agent) set, it predicts the scorer and these settings from
@@ -220,6 +224,8 @@ class Pipeline:
     batch_size: texts per compiled encoder call; `progress`: show the encoder's progress bar.
     min_gain: default of `select(min_gain=...)`: a pick whose marginal gain is below it is
       not taken (the default 1e-6 drops picks that add nothing; None keeps filling the budget).
+    cache_size: how many recent `embed` results to keep (same texts and prompt are not
+      embedded again; `replace` copies share the cache); 0 turns caching off.
   """
 
   def __init__(self, encoder, index: Optional[VectorIndex] = None,
@@ -229,7 +235,7 @@ class Pipeline:
                corag_scorer="facility_location", discount: float = 0.9,
                iterations: int = 16, exploration: float = 2.4, cost_penalty: float = 0.1,
                max_depth: Optional[int] = None, agent=None, batch_size: int = 64,
-               progress: bool = False, min_gain: Optional[float] = 1e-6):
+               progress: bool = False, min_gain: Optional[float] = 1e-6, cache_size: int = 8):
     if encoder is None or not callable(getattr(encoder, "encode", None)):
       raise TypeError("`encoder` must have an `encode(texts, ...)` method, e.g. "
                       "`jaxsel.load_encoder(name_or_path)`.")
@@ -263,6 +269,8 @@ class Pipeline:
     self.batch_size = batch_size
     self.progress = progress
     self.min_gain = min_gain
+    self.cache_size = cache_size
+    self._cache = collections.OrderedDict()  # (prompt prefix, texts) -> embeddings
 
   # -- embedding -------------------------------------------------------------------------------
   @property
@@ -293,7 +301,32 @@ class Pipeline:
       kwargs["batch_size"] = self.batch_size
     if "progress" in params:
       kwargs["progress"] = self.progress
-    return np.asarray(self.encoder.encode(texts, **kwargs), np.float32)
+    key = (self._prefix(role) if name else None, tuple(texts))
+    if key in self._cache:
+      self._cache.move_to_end(key)
+      return self._cache[key]
+    out = np.asarray(self.encoder.encode(texts, **kwargs), np.float32)
+    if self.cache_size:
+      out.flags.writeable = False  # shared by later calls: nobody may change it in place
+      self._cache[key] = out
+      while len(self._cache) > self.cache_size:
+        self._cache.popitem(last=False)
+    return out
+
+  def replace(self, **changes) -> "Pipeline":
+    """A copy with some settings changed (e.g. `method=`), sharing the encoder, the index
+    and the embedding cache, so comparing methods embeds the texts once."""
+    new = copy.copy(self)
+    for name, value in changes.items():
+      if name.startswith("_") or not hasattr(self, name):
+        raise TypeError(f"Pipeline has no setting {name!r}.")
+      setattr(new, name, value)
+    if "encoder" in changes:  # embeddings of another model are not reusable
+      new._cache = collections.OrderedDict()
+    methods = available_methods()
+    if new.method not in methods:
+      raise ValueError(f"Unknown `method` {new.method!r}; use one of {', '.join(map(repr, methods))}.")
+    return new
 
   def _passage_embeddings(self, texts):
     """(asymmetric passage embeddings for relevance, symmetric ones for similarity).
@@ -367,7 +400,7 @@ class Pipeline:
     for i in ids:
       meta = index.metadata[i] if isinstance(index.metadata[i], dict) else {}
       t = index.texts[i] if index.texts[i] is not None else ""
-      fields = {k: meta[k] for k in ("start", "end", "doc", "tokens", "source") if k in meta}
+      fields = {k: meta[k] for k in ("start", "end", "doc", "tokens", "source", "title") if k in meta}
       fields.setdefault("start", 0)
       fields.setdefault("end", len(t))
       passages.append(text_lib.Passage(text=t, **fields))
@@ -429,7 +462,7 @@ class Pipeline:
       budget: total tokens allowed (None: no budget, `k` picks).
       k: most picks (default: as many as fit).
       min_gain: stop when the next pick's marginal gain falls below this; default the
-        pipeline's `min_gain`.
+        pipeline's `min_gain`. Not applied to ``"corag"``, whose order is searched as a whole.
     """
     queries = _as_queries(queries)
     min_gain = self.min_gain if min_gain is None else min_gain
@@ -449,7 +482,8 @@ class Pipeline:
                    key=jax.random.key(0) if self.greedy_method == "stochastic" else None)
       order, gains, curve = _trim(sel.indices, sel.gains, sel.values, sel.count)
     else:
-      order, gains, curve = self._other(rel, sim, costs, budget, k, min_gain, q_emb)
+      order, gains, curve = self._other(rel, sim, costs, budget, k, min_gain, q_emb, queries,
+                                        passages, emb)
     return self._result(queries, passages, rel, order, gains, curve, budget, docs)
 
   def _result(self, queries, passages, rel, order, gains, curve, budget, docs):
@@ -464,10 +498,12 @@ class Pipeline:
         budget=None if budget is None else float(budget), candidates=passages,
         candidate_scores=rel_np, documents=docs)
 
-  def scorer(self, name, relevance, similarity, *, discount: Optional[float] = None):
-    """The CORAG scorer `name` (one of `CORAG_SCORERS`, or a callable
-    `(relevance [Q, N], similarity [N, N]) -> scorer`) for one request, with position
-    `discount` (default the pipeline's)."""
+  def scorer(self, name, relevance, similarity, *, discount: Optional[float] = None,
+             features=None):
+    """The CORAG scorer `name` for one request, with position `discount` (default the
+    pipeline's): a name in `CORAG_SCORERS`, a name of the configuration agent's scorer menu
+    (`jaxsel.labels.SCORERS`, e.g. ``"links"``; built from `features`, a `jaxsel.qa.QAFeatures`),
+    or a callable `(relevance [Q, N], similarity [N, N]) -> scorer`."""
     from jaxsel import scorers
     discount = self.discount if discount is None else discount
     if callable(name):
@@ -478,10 +514,31 @@ class Pipeline:
       obj = {"facility_location": facility_location, "saturated_coverage": saturated_coverage}.get(name)
       obj = coverage(similarity) if obj is None else obj(similarity, relevance)
       return scorers.objective_scorer(obj, discount=discount)
-    raise ValueError(f"Unknown CORAG scorer {name!r}; use one of {', '.join(map(repr, CORAG_SCORERS))} "
+    menu = _agent_scorers()
+    if name in menu and features is not None:
+      return menu[name](features)
+    raise ValueError(f"Unknown CORAG scorer {name!r}; use one of "
+                     f"{', '.join(map(repr, dict.fromkeys(CORAG_SCORERS + tuple(menu))))} "
                      "or a callable (relevance, similarity) -> scorer.")
 
-  def _other(self, rel, sim, costs, budget, k, min_gain, q_emb):
+  def features(self, queries, q_emb, emb, passages, costs):
+    """The configuration agent's per-question features (`jaxsel.qa.QAFeatures`): the mean
+    query embedding, passage embeddings and costs, title links between passages
+    (`Passage.title`, e.g. Markdown headings) and titles the queries mention."""
+    from jaxsel.qa import QAFeatures
+    from jaxsel.scorers import title_links
+    q = np.mean(np.asarray(q_emb, np.float32), axis=0)
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    texts = [p.text for p in passages]
+    titles = [p.title or "" for p in passages]
+    n = len(passages)
+    return QAFeatures(
+        query=q, passages=np.asarray(emb, np.float32), costs=np.asarray(costs, np.float32),
+        links=title_links(texts, titles),
+        mentioned=title_links([" ".join(queries)] + texts, [""] + titles)[0, 1:],
+        gold=np.zeros(n, bool), valid=np.ones(n, bool))
+
+  def _other(self, rel, sim, costs, budget, k, min_gain, q_emb, queries, passages, emb):
     """naive / mmr / corag: (order [K], gains [K], curve [K]) under the method's scorer."""
     from jaxsel import baselines, search
     n = costs.shape[0]
@@ -502,11 +559,16 @@ class Pipeline:
       if self.agent is not None:  # the configuration agent picks scorer and settings per query
         choice = self.agent.predict(np.mean(q_emb, axis=0))
         name, settings = choice.scorer, choice.search_kwargs()
-      scorer = self.scorer(name, rel, sim)
+      feats = None
+      if isinstance(name, str) and name not in CORAG_SCORERS:
+        feats = self.features(queries, q_emb, emb, passages, costs)
+      scorer = self.scorer(name, rel, sim, features=feats)
       res = search.corag_search(scorer, costs, budget=total, max_depth=depth, **settings)
     order = np.asarray(res.order)[:int(res.length)]
     curve, gains = _prefix_values(scorer, order, depth)
-    if min_gain is not None:
+    # A searched order is not a greedy ranking (a later chunk may pay off only after an
+    # earlier one), so `min_gain` cuts only the greedy baselines.
+    if min_gain is not None and self.method != "corag":
       low = np.nonzero(gains < min_gain)[0]
       if len(low):
         order, gains, curve = order[:low[0]], gains[:low[0]], curve[:low[0]]
@@ -587,6 +649,14 @@ class Pipeline:
       r_rel = rel[r, :len(q), :len(ps)] if q else None
       out.append(self._result(q, ps, r_rel, order, gains, curve, budget, docs))
     return out
+
+
+def _agent_scorers() -> dict:
+  """The configuration agent's scorer menu (name -> builder of `QAFeatures`), if installed."""
+  if importlib.util.find_spec("jaxsel.labels") is None:
+    return {}
+  from jaxsel import labels
+  return dict(getattr(labels, "SCORERS", {}))
 
 
 def _prefix_values(scorer, order: np.ndarray, depth: int):

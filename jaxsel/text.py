@@ -23,6 +23,7 @@ UNITS = ("sentence", "passage")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
 # Default token counter when no tokenizer is given: a CJK character, a word, or a symbol.
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
+_HEADING = re.compile(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _LATIN_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
 _CJK_END = re.compile(r"[\u3002\uff01\uff1f]+[\u300d\u300f\u201d\u2019\uff09)]*")
@@ -41,6 +42,7 @@ class Passage:
   doc: int = 0  # index of the document it came from
   tokens: int = 0  # cost in tokens (of the tokenizer used to split)
   source: Optional[str] = None  # e.g. the file name of the document
+  title: Optional[str] = None  # the Markdown heading it falls under (a key phrase for links)
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -196,7 +198,15 @@ def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] =
       cur = (s, e, len(spans_fn(text[s:e])))
     if cur is not None:
       pieces.append(cur)
-  return [Passage(text[s:e], s, e, doc, n, source) for s, e, n in pieces]
+  headings = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(text)]
+  out, h = [], 0
+  for s, e, n in pieces:
+    # The last heading that starts at or before the passage's end (its own first line, or above).
+    while h < len(headings) and headings[h][0] < e:
+      h += 1
+    title = headings[h - 1][1] if h else None
+    out.append(Passage(text[s:e], s, e, doc, n, source, title))
+  return out
 
 
 def split_documents(documents: Sequence[str], *, unit: str = "sentence",

@@ -233,3 +233,58 @@ def test_bad_input(enc):
     pipe.select(Q0, VectorIndex(64), budget=100)
   with pytest.raises(ValueError, match="Unknown CORAG scorer"):
     Pipeline(enc, method="corag", corag_scorer="magic").select(Q0, [DOC], budget=100)
+
+
+def test_replace_shares_the_embedding_cache():
+  enc = HashEncoder()
+  base = Pipeline(enc, max_tokens=80)
+  a = base.select(Q0, [SMALL], budget=150)
+  n_calls = len(enc.calls)
+  b = base.replace(method="saturated_coverage").select(Q0, [SMALL], budget=150)
+  assert len(enc.calls) == n_calls  # same texts, same prompts: nothing embedded again
+  assert b.method == "saturated_coverage" and a.method == "facility_location"
+  direct = Pipeline(HashEncoder(), method="saturated_coverage", max_tokens=80).select(Q0, [SMALL], budget=150)
+  np.testing.assert_array_equal(b.indices, direct.indices)
+  base.replace(encoder=HashEncoder(dim=32)).select(Q0, [SMALL], budget=150)
+  assert len(enc.calls) == n_calls
+  with pytest.raises(ValueError, match="Unknown `method`"):
+    base.replace(method="best")
+  with pytest.raises(TypeError, match="no setting"):
+    base.replace(colour="red")
+
+
+def test_corag_with_a_configuration_agent(enc):
+  """The agent's predicted scorer and settings are what the search runs with."""
+  agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=64, scorers=("relevance", "facility_location"),
+                                                hidden=(16, 8)), rngs=__import__("flax").nnx.Rngs(3))
+  res = Pipeline(enc, method="corag", agent=agent, max_tokens=80).select(Q0, [SMALL], budget=150)
+  q = enc.encode([Q0], prompt="query")
+  choice = agent.predict(q[0])
+  passages = text.split_documents([SMALL], unit="passage", max_tokens=80)
+  r, s = _direct(enc, [Q0], passages)
+  pipe = Pipeline(enc, method="corag")
+  ref = search.corag_search(pipe.scorer(choice.scorer, r, s), np.array([p.tokens for p in passages], np.float32),
+                            budget=150.0, max_depth=len(passages), **choice.search_kwargs())
+  np.testing.assert_array_equal(res.indices, np.asarray(ref.order)[:int(ref.length)])
+  assert res.cost <= 150
+
+
+def test_corag_with_the_agent_menu_link_scorer(enc):
+  """Agent-menu scorers ("links") are built from titles (Markdown headings) and title links."""
+  from jaxsel import labels
+  pipe = Pipeline(enc, method="corag", corag_scorer="links", iterations=6, max_tokens=80)
+  res = pipe.select(Q0, [SMALL], budget=150)
+  passages = text.split_documents([SMALL], unit="passage", max_tokens=80)
+  assert next(p for p in passages if p.text.startswith("## Shirley Temple")).title == "Shirley Temple"
+  q = enc.encode([Q0], prompt="query")[0]
+  e = enc.encode([p.text for p in passages], prompt="passage")
+  texts, titles = [p.text for p in passages], [p.title for p in passages]
+  costs = np.array([p.tokens for p in passages], np.float32)
+  from jaxsel.qa import QAFeatures
+  feats = QAFeatures(query=q, passages=e, costs=costs, links=scorers.title_links(texts, titles),
+                     mentioned=np.array([t in Q0 for t in titles], np.float32),
+                     gold=np.zeros(len(texts), bool), valid=np.ones(len(texts), bool))
+  ref = search.corag_search(labels.build_scorer("links", feats), costs, budget=150.0, iterations=6,
+                            max_depth=len(passages))
+  np.testing.assert_array_equal(res.indices, np.asarray(ref.order)[:int(ref.length)])
+  np.testing.assert_allclose(res.curve[-1], float(ref.value), rtol=1e-5)
