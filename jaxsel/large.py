@@ -93,10 +93,12 @@ class _Blocked:
     """`f` of a bool mask `[N]`; invalid candidates in the mask are ignored."""
     n = self.num_candidates
     take = jnp.asarray(selected, bool) & self.valid
-    nb = max(1, -(-n // self.block))
+    if n == 0:
+      return self.state_value(self.init())
+    nb = -(-n // self.block)
     ids = jnp.arange(nb * self.block, dtype=jnp.int32)
     take = jnp.pad(take, (0, nb * self.block - n)).reshape(nb, self.block)
-    ids = jnp.minimum(ids, max(n - 1, 0)).reshape(nb, self.block)
+    ids = jnp.minimum(ids, n - 1).reshape(nb, self.block)
 
     def body(state, blk):
       return self._block_update(state, *blk), None

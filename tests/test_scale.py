@@ -198,6 +198,17 @@ def test_knn_graph_from_an_index_and_stacked_batch():
   np.testing.assert_array_equal(batch.indices[1], jaxsel.greedy(objs[1], k=K, method="dense").indices)
 
 
+@pytest.mark.parametrize("n", [0, 1])
+def test_empty_and_single_candidate(n):
+  emb, rel = np.ones((n, 3), np.float32), np.full((2, n), 0.5, np.float32)
+  for obj in (jaxsel.facility_location_from_embeddings(emb, rel),
+              jaxsel.knn_saturated_coverage(emb, rel, m=1)):
+    sel = jaxsel.greedy(obj, k=n)
+    assert sel.indices.shape == (n,) and int(sel.count) == n
+    np.testing.assert_allclose(obj.value(np.ones(n, bool)), n * 1.0)
+    np.testing.assert_allclose(sel.values, [1.0] * n)
+
+
 def test_bad_inputs_fail_fast():
   emb, rel, valid, _ = _data()
   mesh = jax.make_mesh((1,), ("x",))
