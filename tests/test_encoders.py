@@ -260,7 +260,7 @@ def test_family_prompt_presets():
 
 def test_bucketing_and_batch_size_do_not_change_results(tiny):
   texts = TEXTS * 2
-  # batch 4 pads to the buckets 64, 32 and 16 (character-level tokens); batch 12 pads all to 64
+  # batch 4 pads to the buckets 48, 32 and 16 (character-level tokens); batch 12 pads all to 48
   full = np.asarray(tiny.encode(texts, batch_size=12))
   assert full.shape == (len(texts), tiny.dim)
   np.testing.assert_allclose(np.linalg.norm(full, axis=1), 1.0, atol=1e-6)
@@ -276,10 +276,11 @@ def test_a_corpus_compiles_a_handful_of_shapes(tiny):
   shapes = {b[1].shape for b in E.encoder.bucketed_batches(
       ids, None, batch_size=16, max_length=512, pad_id=0)}
   assert {s[1] for s in shapes} <= set(E.encoder.bucket_lengths(512))
-  assert len(shapes) <= 4, shapes  # 200 texts, 13 batches, at most 4 lengths of ids up to 64
+  # 200 texts of up to 64 tokens in 13 batches: the lengths 16, 32, 48, 64 (+ the last batch)
+  assert len(shapes) <= 5, shapes
   before = E.encoder._forward._cache_size()
   tiny.encode(texts[:40], batch_size=4)  # 10 batches
-  assert E.encoder._forward._cache_size() - before <= 3  # buckets 16, 32, 64
+  assert E.encoder._forward._cache_size() - before <= 4
 
 
 def test_token_output_shapes_and_masking(tiny):

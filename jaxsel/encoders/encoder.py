@@ -51,7 +51,7 @@ Array = jax.Array
 
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len")
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-BUCKETS = (16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+MIN_BUCKET = 16
 
 # Instruction prefixes of model families whose checkpoints do not carry them.
 PROMPT_PRESETS = {
@@ -136,7 +136,14 @@ def _forward(graphdef, params, input_ids, attention_mask, token_type_ids, normal
 # ----------------------------------------------------------------------------- batching
 
 def bucket_lengths(max_length: int) -> tuple[int, ...]:
-  return tuple(b for b in BUCKETS if b < max_length) + (max_length,)
+  """Padded lengths: four per octave (16, 32, 48, 64, 80, ..., 128, 160, ...) and
+  `max_length`, so padding adds at most ~25% (~8% on a real corpus) and a corpus with texts
+  up to 256 tokens compiles at most 12 lengths."""
+  out, b = [], MIN_BUCKET
+  while b < max_length:
+    out.append(b)
+    b += max(MIN_BUCKET, (1 << (b.bit_length() - 1)) // 4)
+  return tuple(out) + (max_length,)
 
 
 def _bucket(n: int, buckets: Sequence[int]) -> int:
@@ -342,19 +349,28 @@ class SentenceEncoder(_TokenizedModel):
     else:
       out = np.zeros((n, width, self.dim), np.float32)
     n_batches = -(-n // batch_size)
+    pending = []  # (index, result on device): the next batch is dispatched before a sync
+
+    def collect(index, res):
+      res = np.asarray(res)
+      real = index >= 0
+      if output == "pooled":
+        out[index[real]] = res[real]
+      else:
+        w = min(width, res.shape[1])
+        out[index[real], :w] = res[real, :w]
+
     with progress_bar(n_batches, progress, "encode") as bar:
       for index, input_ids, mask, tt in bucketed_batches(
           ids, type_ids, batch_size=batch_size, max_length=self.max_length,
           pad_id=self.pad_token_id):
-        res = _forward(self.graphdef, self.params, input_ids, mask, tt, bool(normalize),
-                       pooling=self.pooling, output=output)
-        res = np.asarray(res)
-        real = index >= 0
-        if output == "pooled":
-          out[index[real]] = res[real]
-        else:
-          w = min(width, res.shape[1])
-          out[index[real], :w] = res[real, :w]
+        pending.append((index, _forward(self.graphdef, self.params, input_ids, mask, tt,
+                                        bool(normalize), pooling=self.pooling, output=output)))
+        if len(pending) > 1:
+          collect(*pending.pop(0))
+          bar.update(1)
+      for item in pending:
+        collect(*item)
         bar.update(1)
     if output == "pooled":
       return jnp.asarray(out)
