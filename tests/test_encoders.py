@@ -224,6 +224,26 @@ def test_loading_errors(backbone, classifier, tmp_path):
     jaxsel.load_cross_encoder(folder)
 
 
+def test_hub_ids_resolve_through_huggingface_hub(backbone, monkeypatch):
+  import huggingface_hub
+  _, _, folder = backbone
+  calls = []
+
+  def fake_download(repo_id, allow_patterns=None, **kw):
+    calls.append((repo_id, allow_patterns))
+    return str(folder)
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+  enc = jaxsel.load_encoder("some-org/tiny-model")
+  assert enc.name == "some-org/tiny-model" and enc.config.hidden_size == 32
+  assert calls[0][0] == "some-org/tiny-model" and "model*.safetensors" in calls[0][1]
+
+  def offline(*args, **kw):
+    raise OSError("no connection")
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+  with pytest.raises(FileNotFoundError, match="neither a local folder.*no connection"):
+    jaxsel.load_encoder("some-org/other-model")
+
+
 def test_sentence_transformers_settings(backbone, tmp_path):
   _, _, folder = backbone
   st = tmp_path / "st"
