@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
   d.add_argument("--query", "-q", default=None, help="default: a HotpotQA question")
   d.add_argument("--method", default="facility_location")
   _common(d)
-  d.set_defaults(func=cmd_demo, budget=128)
+  d.set_defaults(func=cmd_demo, budget=192)
   return parser
 
 

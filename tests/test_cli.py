@@ -124,7 +124,7 @@ def test_demo_runs_end_to_end():
   assert "CC BY-SA 4.0" in out and QUESTION["question_text"] in out
   assert "--- prompt for the LLM ---" in out and "Question: " + QUESTION["question_text"] in out
   cost = int(out.split(" tokens (budget")[0].rsplit(",", 1)[-1])
-  assert 0 < cost <= 128
+  assert 0 < cost <= 192
 
 
 def test_console_script_exit_status(files):
