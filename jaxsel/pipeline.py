@@ -491,8 +491,7 @@ class Pipeline:
     picked = [passages[i] for i in order]
     return SelectionResult(
         method=self.method, queries=queries, passages=picked, indices=np.asarray(order, np.int64),
-        scores=None if rel_np is None else rel_np.max(axis=0)[order] if len(order) else
-        np.zeros((0,), np.float32),
+        scores=None if rel_np is None else rel_np.max(axis=0)[np.asarray(order, np.int64)],
         gains=np.asarray(gains, np.float32), curve=np.asarray(curve, np.float32),
         cost=int(sum(p.tokens for p in picked)),
         budget=None if budget is None else float(budget), candidates=passages,
