@@ -5,9 +5,10 @@ Shape legend: Q questions, N passages, T positions of an order, G grid settings.
 For every question the CORAG search runs with every scorer of a menu over a grid of
 settings (iterations, cost penalty lambda, exploration c); each result is scored against
 the gold (ROUGE-L of the selected context against the gold passages, plus gold-passage
-recall), and the best scorer and settings become the question's label. A question is kept
-for training only when its best scorer beats the best *other* scorer by more than a margin
-(the CORAG paper keeps questions whose best and second-best rerankers differ by > 10%).
+recall) into a quality table (`sweep_batch`), and the best scorer and settings become the
+question's label (`finalize_labels`, ties to the choice best on average). A question is
+kept for training only when its best scorer beats the best *other* scorer by more than a
+margin (the CORAG paper keeps questions whose best and second-best rerankers differ by > 10%).
 
 The searches are batched: one `jax.vmap`-ed, jit-compiled search per (scorer, iterations)
 covers all questions and all (lambda, c) pairs of the grid at once.
@@ -65,25 +66,32 @@ def saturated_coverage_scorer(f: QAFeatures):
   return objective_scorer(saturated_coverage(_sim(f), _rel(f), valid=f.valid))
 
 
-def linked_relevance(f: QAFeatures, *, link_weight: float = 0.5, mention_weight: float = 0.0):
-  """Relevance plus the prefix-conditioned title-link bonus: a passage whose title occurs in
-  an earlier passage earns `link_weight` times that passage's relevance (the second hop of
-  a bridge question), and a passage whose title the question names earns `mention_weight`."""
+def linked_relevance(f: QAFeatures, *, link_weight: float = 0.5, mention_weight: float = 0.0,
+                     relevance_source: bool = True):
+  """Relevance plus prefix-conditioned title links: a passage whose title occurs in an earlier
+  passage earns `link_weight` (times that passage's relevance with `relevance_source`): the
+  second hop of a bridge question, which need not resemble the question. A passage whose
+  title the question names earns `mention_weight`."""
   rel = _rel(f)
   unary = rel + mention_weight * jnp.where(f.valid, f.mentioned, 0.0)
-  return relevance_scorer(unary) + link_weight * link_scorer(f.links * f.valid[None, :], source=rel)
+  source = rel if relevance_source else jnp.where(f.valid, 1.0, 0.0)
+  return relevance_scorer(unary) + link_weight * link_scorer(f.links * f.valid[None, :], source=source)
 
 
 # Name -> builder(QAFeatures of one question) -> Scorer. All are cheap (no model calls), so
-# they can be swept over a grid. The embedding and cross-encoder scorers need a model; see
-# `model_scorer_builders`.
+# they can be swept over a grid. The link/mention weights were chosen on the 300 training
+# questions of the HotpotQA split (exhaustive search over sets of up to 4 passages at 256
+# tokens); the held-out questions were not used. The embedding and cross-encoder scorers
+# need a model; see `model_scorer_builders`.
 SCORERS: Dict[str, Callable] = {
     "relevance": relevance_only,
     "facility_location": facility_location_scorer,
     "saturated_coverage": saturated_coverage_scorer,
-    "links": functools.partial(linked_relevance, link_weight=0.5, mention_weight=0.0),
-    "links_mentions": functools.partial(linked_relevance, link_weight=0.5, mention_weight=0.3),
-    "links_strong": functools.partial(linked_relevance, link_weight=1.0, mention_weight=0.3),
+    "links": functools.partial(linked_relevance, link_weight=0.5),
+    "mentions_links": functools.partial(linked_relevance, link_weight=0.5, mention_weight=1.0,
+                                        relevance_source=False),
+    "mentions_links_strong": functools.partial(linked_relevance, link_weight=0.5, mention_weight=2.0,
+                                               relevance_source=False),
 }
 
 
@@ -205,74 +213,79 @@ def quality(metrics: dict, *, recall_weight: float = 1.0) -> float:
   return metrics["rouge_l"] + recall_weight * metrics["recall"]
 
 
-class Label(NamedTuple):
-  id: str
-  scorer: str
-  iterations: int
-  cost_penalty: float
-  exploration: float
-  score: float  # quality of the best (scorer, settings)
-  second_scorer: str
-  second_score: float  # best quality of any other scorer
-  keep: bool  # best beats the second-best scorer by more than the margin
-  scores: dict  # scorer -> its best quality
+def sweep_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers: Sequence[str],
+                budget: float, grid: LabelGrid = LabelGrid(), max_depth: int = 6,
+                builders: Optional[Dict[str, Callable]] = None, tokens=None,
+                progress: bool = False) -> np.ndarray:
+  """Quality of every (question, scorer, setting): `[Q, S, G]` with G = `len(grid.settings())`.
 
-  def to_json(self) -> dict:
-    return self._asdict()
-
-
-def label_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers: Sequence[str],
-                budget: float, grid: LabelGrid = LabelGrid(), margin: float = 0.10,
-                max_depth: int = 6, builders: Optional[Dict[str, Callable]] = None,
-                tokens=None, progress: bool = False) -> list:
-  """Labels a batch of questions: best scorer and settings by `quality`.
-
-  For each (scorer, setting) the whole batch runs as one vmapped search. Ties (the same
-  quality) go to the earlier scorer and setting, so labels are deterministic. `keep` is true
-  when `best > (1 + margin) * second_best` over scorers.
-  """
+  For each (scorer, setting) the whole batch runs as one vmapped search; identical
+  selections of a question share their (slow, pure-Python) ROUGE-L computation."""
   q = len(examples)
   if features.costs.shape[0] != q:
     raise ValueError(f"`features` hold {features.costs.shape[0]} questions, `examples` {q}.")
   if not scorers:
     raise ValueError("`scorers` is empty.")
   settings = grid.settings()
-  best = {s: (np.full(q, -np.inf), np.zeros(q, np.int64)) for s in scorers}
+  table = np.zeros((q, len(scorers), len(settings)))
   cache: dict = {}
-  combos = [(s, g) for s in scorers for g in range(len(settings))]
   bar = None
   if progress:
     from tqdm.auto import tqdm
-    bar = tqdm(total=len(combos), desc="label", unit="run")
-  for s, g in combos:
-    it, lam, c = settings[g]
-    orders = search_orders(features, s, budget=budget, iterations=it, cost_penalty=lam,
-                           exploration=c, max_depth=max_depth, builders=builders, tokens=tokens)
-    for i, ex in enumerate(examples):
-      key = (i, tuple(int(x) for x in orders[i] if x >= 0))
-      if key not in cache:  # identical selections share their (slow) ROUGE computation
-        m = evaluation.selection_metrics(orders[i], texts=ex.texts(), gold=ex.gold,
-                                         costs=features.costs[i][:len(ex.passages)], answers=ex.answers)
-        cache[key] = quality(m)
-      v = cache[key]
-      if v > best[s][0][i]:
-        best[s][0][i], best[s][1][i] = v, g
-    if bar is not None:
-      bar.update(1)
+    bar = tqdm(total=len(scorers) * len(settings), desc="label", unit="run")
+  for si, s in enumerate(scorers):
+    for g, (it, lam, c) in enumerate(settings):
+      orders = search_orders(features, s, budget=budget, iterations=it, cost_penalty=lam,
+                             exploration=c, max_depth=max_depth, builders=builders, tokens=tokens)
+      for i, ex in enumerate(examples):
+        key = (i, tuple(int(x) for x in orders[i] if x >= 0))
+        if key not in cache:
+          m = evaluation.selection_metrics(orders[i], texts=ex.texts(), gold=ex.gold,
+                                           costs=features.costs[i][:len(ex.passages)], answers=ex.answers)
+          cache[key] = quality(m)
+        table[i, si, g] = cache[key]
+      if bar is not None:
+        bar.update(1)
   if bar is not None:
     bar.close()
-  labels = []
-  for i, ex in enumerate(examples):
-    per = {s: float(best[s][0][i]) for s in scorers}
-    ranked = sorted(scorers, key=lambda s: (-per[s], scorers.index(s)))
-    top = ranked[0]
-    second = ranked[1] if len(ranked) > 1 else top
-    it, lam, c = settings[int(best[top][1][i])]
-    sec = per[second] if len(ranked) > 1 else -np.inf
-    keep = len(ranked) > 1 and per[top] > (1 + margin) * sec
-    labels.append(Label(ex.id, top, int(it), float(lam), float(c), per[top], second,
-                        float(sec), bool(keep), per))
-  return labels
+  return table
+
+
+def finalize_labels(rows: Sequence[dict], *, margin: float = 0.10) -> list:
+  """Chooses each question's label from its sweep table (`row["quality"]`, `[S][G]`).
+
+  The best scorer is the one of highest quality; ties (common: several scorers often select
+  the same passages) go to the scorer with the higher mean quality over all `rows`, then to
+  the earlier one, and likewise for settings, so a tie is labelled with the choice that is
+  best on average rather than by list order. `keep` (the CORAG paper's filter): the best
+  scorer beats the best other scorer by more than `margin` (relative). Returns new dicts.
+  """
+  if not rows:
+    return []
+  scorers = list(rows[0]["scorers"])
+  settings = [tuple(x) for x in rows[0]["settings"]]
+  for r in rows:
+    if list(r["scorers"]) != scorers or [tuple(x) for x in r["settings"]] != settings:
+      raise ValueError(f"label rows were swept with different scorers or settings (question "
+                       f"{r['id']!r}); relabel them into a fresh file.")
+  table = np.asarray([r["quality"] for r in rows], np.float64)  # [Q, S, G]
+  per_scorer = table.max(axis=2)  # [Q, S]
+  mean_scorer = per_scorer.mean(axis=0)  # [S]
+  mean_setting = table.mean(axis=0)  # [S, G]
+  out = []
+  for i, r in enumerate(rows):
+    rank = sorted(range(len(scorers)), key=lambda k: (-per_scorer[i, k], -mean_scorer[k], k))
+    top = rank[0]
+    g = min(range(len(settings)), key=lambda j: (-table[i, top, j], -mean_setting[top, j], j))
+    best = per_scorer[i, top]
+    second = per_scorer[i, rank[1]] if len(rank) > 1 else -np.inf
+    it, lam, c = settings[g]
+    out.append({**r, "scorer": scorers[top], "iterations": int(it), "cost_penalty": float(lam),
+                "exploration": float(c), "score": float(best),
+                "second_scorer": scorers[rank[1]] if len(rank) > 1 else None,
+                "second_score": float(second), "keep": bool(len(rank) > 1 and best > (1 + margin) * second),
+                "scores": {s: float(per_scorer[i, k]) for k, s in enumerate(scorers)}})
+  return out
 
 
 def read_labels(path: str) -> list:

@@ -180,6 +180,37 @@ def load_features(path: str):
     return feats, [str(i) for i in z["ids"]], json.loads(str(z["meta"]))
 
 
+class FeatureCache:
+  """Question features kept in an `.npz` so that labelling and evaluation embed each question
+  once; entries are keyed by question id and checked against the encoder name and N."""
+
+  def __init__(self, path: str, *, encoder: str, n_max: int):
+    self.path, self.encoder, self.n_max = path, encoder, n_max
+    self.pos: dict = {}
+    self.features: Optional[QAFeatures] = None
+    if os.path.exists(path):
+      feats, ids, meta = load_features(path)
+      if meta.get("encoder") == encoder and feats.costs.shape[1] == n_max:
+        self.features, self.pos = feats, {q: i for i, q in enumerate(ids)}
+
+  def ensure(self, encoder, examples: Sequence[QAExample]) -> None:
+    """Embeds the examples not cached yet and saves the cache."""
+    missing = [e for e in examples if e.id not in self.pos]
+    if not missing:
+      return
+    new = featurize(encoder, missing, n_max=self.n_max)
+    ids = sorted(self.pos, key=self.pos.get) + [e.id for e in missing]
+    self.features = new if self.features is None else QAFeatures(
+        *(np.concatenate([a, b]) for a, b in zip(self.features, new)))
+    self.pos = {q: i for i, q in enumerate(ids)}
+    save_features(self.path, self.features, ids, meta={"encoder": self.encoder})
+
+  def get(self, examples: Sequence[QAExample]) -> Optional[QAFeatures]:
+    if self.features is None or any(e.id not in self.pos for e in examples):
+      return None
+    return take(self.features, [self.pos[e.id] for e in examples])
+
+
 class QATokens(NamedTuple):
   """Token ids of the passages and questions for model-based scorers (no special tokens).
   `[Q]` leading axis for a batch."""

@@ -98,7 +98,7 @@ def oracle_orders(features: QAFeatures, budget: float, t: int) -> np.ndarray:
 
 
 def method_orders(method: str, features: QAFeatures, *, budget: float, max_depth: int = 6,
-                  scorer: str = "links_mentions", iterations: int = 15, cost_penalty: float = 0.2,
+                  scorer: str = "mentions_links", iterations: int = 15, cost_penalty: float = 0.2,
                   exploration: float = 2.0, agent=None, mmr_diversity: float = 0.3,
                   exhaustive_size: int = 4) -> np.ndarray:
   """Orders `[Q, max_depth]` of one method for a batch of questions."""

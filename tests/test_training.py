@@ -90,11 +90,11 @@ def test_paired_bootstrap():
 def test_batched_search_matches_single_and_budget(sample):
   from jaxsel.search import corag_search
   ex, f = sample
-  orders = labels.search_orders(f, "links_mentions", budget=200, iterations=5, cost_penalty=0.2,
+  orders = labels.search_orders(f, "mentions_links", budget=200, iterations=5, cost_penalty=0.2,
                                 exploration=2.0, max_depth=4)
   for i in (0, 5):
     fi = qa.QAFeatures(*(a[i] for a in f))
-    single = corag_search(labels.build_scorer("links_mentions", fi), fi.costs, budget=200, iterations=5,
+    single = corag_search(labels.build_scorer("mentions_links", fi), fi.costs, budget=200, iterations=5,
                           exploration=2.0, cost_penalty=0.2, max_depth=4, valid=fi.valid)
     np.testing.assert_array_equal(orders[i], np.asarray(single.order))
   for m in ("naive", "facility_location", "oracle"):
@@ -106,12 +106,12 @@ def test_batched_search_matches_single_and_budget(sample):
 def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   out = tmp_path / "labels" / "labels.jsonl"
   common = ["--data", SAMPLE, "--split", "all", "--no-progress"]
-  rest = ["--scorers", "relevance,links_mentions", "--iterations", "3",
+  rest = ["--scorers", "relevance,mentions_links", "--iterations", "3",
                    "--cost-penalty", "0.2", "--exploration", "1.5,3.0", "--budget", "200",
                    "--chunk", "2", "--max-depth", "4", "--out", str(out)]
   assert label_queries.main(common + ["--limit", "4"] + rest) == 0
   rows = labels.read_labels(str(out))
-  assert len(rows) == 4 and {r["scorer"] for r in rows} <= {"relevance", "links_mentions"}
+  assert len(rows) == 4 and {r["scorer"] for r in rows} <= {"relevance", "mentions_links"}
   assert all(r["iterations"] == 3 and r["exploration"] in (1.5, 3.0) for r in rows)
   assert all(r["score"] >= r["second_score"] for r in rows)
   # Resumable: a second run over 6 questions labels only the 2 new ones.
@@ -127,7 +127,7 @@ def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   metrics = json.load(open(agent_dir / "metrics.json"))
   assert 0 <= metrics["scorer_accuracy"] <= 1 and metrics["train_examples"] == 4
   agent = load_agent(str(agent_dir))
-  assert agent.config.scorers == ("relevance", "links_mentions")
+  assert agent.config.scorers == ("relevance", "mentions_links")
   assert agent.config.iterations_range == (3, 3)
   with pytest.raises(ValueError, match="already holds checkpoints"):
     train_script.main(targs)
@@ -149,3 +149,22 @@ def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   assert "keep me" in text and "## Evaluation" in text and "CORAG + agent" in text
   evaluate_script.main(eargs)  # rewriting replaces the section instead of appending
   assert readme.read_text().count("## Evaluation") == 1 and "keep me" in readme.read_text()
+
+
+def test_finalize_labels_ties_go_to_the_choice_best_on_average():
+  settings = [[5, 0.1, 1.0], [15, 0.2, 2.0]]
+
+  def row(i, q):
+    return {"id": str(i), "scorers": ["a", "b", "c"], "settings": settings, "quality": q}
+
+  rows = [row(0, [[1.0, 1.0], [1.0, 1.0], [0.5, 0.5]]),  # a and b tie: b is better on average
+          row(1, [[0.2, 0.2], [0.9, 1.0], [0.1, 0.1]]),  # b clearly, with the second setting
+          row(2, [[0.5, 0.5], [0.5, 0.6], [1.2, 0.4]])]  # c by 1.2 / 0.6 = 2x: kept
+  out = labels.finalize_labels(rows, margin=0.1)
+  assert [r["scorer"] for r in out] == ["b", "b", "c"]
+  assert out[0]["iterations"] == 15  # tie between settings: b's second is better on average
+  assert out[1]["iterations"] == 15 and out[1]["cost_penalty"] == 0.2
+  assert [r["keep"] for r in out] == [False, True, True]
+  assert out[2]["second_scorer"] == "b" and out[2]["second_score"] == 0.6
+  with pytest.raises(ValueError, match="different scorers"):
+    labels.finalize_labels(rows + [{**rows[0], "id": "x", "scorers": ["a", "b"]}])

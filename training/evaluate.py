@@ -41,7 +41,7 @@ def parse_args(argv=None):
                  help="trained agent folder (skip 'corag_agent' if it does not exist)")
   p.add_argument("--methods", default=",".join(ALL_METHODS))
   p.add_argument("--budgets", default="128,256,384")
-  p.add_argument("--scorer", default="links_mentions", help="scorer of CORAG (fixed) and exhaustive")
+  p.add_argument("--scorer", default="mentions_links", help="scorer of CORAG (fixed) and exhaustive")
   p.add_argument("--iterations", type=int, default=15)
   p.add_argument("--cost-penalty", type=float, default=0.2)
   p.add_argument("--exploration", type=float, default=2.0)
@@ -108,18 +108,17 @@ def main(argv=None) -> int:
     examples = train if args.split == "train" else held
   if args.limit is not None:
     examples = examples[:args.limit]
-  ids = [e.id for e in examples]
-  feats = None
-  if args.features and os.path.exists(args.features):
-    cached, cached_ids, meta = qa.load_features(args.features)
-    if meta.get("encoder") == args.encoder and set(ids) <= set(cached_ids):
-      pos = {q: i for i, q in enumerate(cached_ids)}
-      feats = qa.take(cached, [pos[q] for q in ids])
+  n_max = max(len(e.passages) for e in examples)
+  cache = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
+  feats = cache.get(examples) if cache is not None else None
   if feats is None:
     from jaxsel.encoders import load_encoder
-    feats = qa.featurize(load_encoder(args.encoder), examples)
-    if args.features:
-      qa.save_features(args.features, feats, ids, meta={"encoder": args.encoder})
+    encoder = load_encoder(args.encoder)
+    if cache is not None:
+      cache.ensure(encoder, examples)
+      feats = cache.get(examples)
+    else:
+      feats = qa.featurize(encoder, examples, n_max=n_max)
   methods = [m for m in args.methods.split(",") if m]
   agent = None
   if "corag_agent" in methods:

@@ -2,7 +2,7 @@
 
 For each question, run the CORAG search with every scorer of the menu over a grid of
 settings, score each selection against the gold passages (ROUGE-L + gold recall), and keep
-the best scorer and settings (`jaxsel.labels.label_batch`). Writes a JSONL of labels (one row
+the best scorer and settings (`jaxsel.labels.sweep_batch`, `finalize_labels`). Writes a JSONL of labels (one row
 per question, with `keep` marking those whose best scorer beats the second best by more than
 `--margin`) and `query_embeddings.npz` (the referenced query embeddings) next to it.
 
@@ -57,6 +57,8 @@ def parse_args(argv=None):
   p.add_argument("--margin", type=float, default=0.10, help="keep if best > (1 + margin) * second best")
   p.add_argument("--chunk", type=int, default=50, help="questions per batch (and per atomic write)")
   p.add_argument("--out", default=os.path.join(ROOT, "out", "labels", "labels.jsonl"))
+  p.add_argument("--features", default=None,
+                 help="cache of question features (.npz from qa.save_features; written if missing)")
   p.add_argument("--no-progress", action="store_true")
   return p.parse_args(argv)
 
@@ -94,6 +96,9 @@ def main(argv=None) -> int:
   os.makedirs(out_dir, exist_ok=True)
   emb_path = os.path.join(out_dir, "query_embeddings.npz")
   rows = L.read_labels(args.out)
+  if rows and (rows[0].get("scorers") != scorers or rows[0].get("run", {}).get("budget") != args.budget):
+    raise SystemExit(f"{args.out} was labelled with other scorers or budget "
+                     f"({rows[0].get('scorers')}, {rows[0].get('run', {}).get('budget')}); use a new --out")
   done = {r["id"] for r in rows}
   emb = dict(np.load(emb_path)) if os.path.exists(emb_path) else {}
   todo = [e for e in examples if e.id not in done]
@@ -103,22 +108,29 @@ def main(argv=None) -> int:
   run = {"data": os.path.basename(args.data), "budget": args.budget, "encoder": args.encoder,
          "grid": {"iterations": grid.iterations, "cost_penalty": grid.cost_penalty,
                   "exploration": grid.exploration}, "margin": args.margin}
+  cached = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
+  if cached is not None and todo:
+    cached.ensure(encoder, todo)
   t0 = time.time()
   for s in range(0, len(todo), args.chunk):
     batch = todo[s:s + args.chunk]
-    feats = qa.featurize(encoder, batch, n_max=n_max)
+    feats = cached.get(batch) if cached is not None else None
+    if feats is None:
+      feats = qa.featurize(encoder, batch, n_max=n_max)
     tokens = {}
     if "embedding" in model_scorers:
       tokens["embedding"] = qa.tokenize(encoder.tokenizer, batch, n_max=n_max)
     if "cross_encoder" in model_scorers:
       tokens["cross_encoder"] = qa.tokenize(ce.tokenizer, batch, n_max=n_max)
-    labs = L.label_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
-                         margin=args.margin, max_depth=args.max_depth, builders=builders,
-                         tokens=tokens, progress=not args.no_progress)
-    for e, lab, q in zip(batch, labs, feats.query):
+    table = L.sweep_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
+                          max_depth=args.max_depth, builders=builders, tokens=tokens,
+                          progress=not args.no_progress)
+    for e, qual, q in zip(batch, table, feats.query):
       emb[e.id] = q
-      rows.append({**lab.to_json(), "embedding": {"file": os.path.basename(emb_path), "key": e.id},
-                   "question": e.question, "run": run})
+      rows.append({"id": e.id, "question": e.question, "scorers": scorers,
+                   "settings": [list(x) for x in grid.settings()], "quality": qual.round(6).tolist(),
+                   "embedding": {"file": os.path.basename(emb_path), "key": e.id}, "run": run})
+    rows = L.finalize_labels(rows, margin=args.margin)  # ties resolved over all rows so far
     # Embeddings first: a label row never references a missing embedding.
     tmp = emb_path + ".tmp.npz"
     np.savez(tmp, **emb)
