@@ -26,6 +26,7 @@ Array = jax.Array
 UNSELECTED = -1
 METHODS = ("dense", "lazy", "stochastic")
 _SLACK = 1e-5  # relative; far above float32 reordering error, far below real gaps
+_WINDOW_ROUNDS = 8  # lazy rounds per top_k window
 
 
 class Selection(NamedTuple):
@@ -64,39 +65,57 @@ def _available(obj, selected, costs, budget, spent):
 
 
 def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
-  """Exact lazy step: re-evaluates blocks of the highest stale bounds until no
-  unevaluated candidate can beat (or tie with a lower index) the best fresh one."""
+  """Exact lazy step: re-evaluates the highest stale bounds, `block` per round, until no
+  unevaluated candidate can beat (or tie with a lower index) the best fresh one.
+
+  One `top_k` per window of `_WINDOW_ROUNDS` rounds sorts the stale bounds; the rounds walk
+  that sorted window, so a round touches only its block (no pass over all N bounds), and
+  the highest bound not yet evaluated is simply the next entry of the window."""
   n = avail.shape[0]
-  ids = jnp.arange(n)
+  neg = jnp.asarray(-jnp.inf, bound.dtype)
+  rounds = max(1, min(_WINDOW_ROUNDS, -(-n // block)))
+  width = rounds * block
+  take = min(width + 1, n)
 
-  def cond(c):
-    return ~c[3]
+  def window(c):
+    bound, fresh, best, best_j, best_gain, _ = c
+    vals, idx = lax.top_k(jnp.where(avail & ~fresh, bound, neg), take)
+    if take < width + 1:  # pad with -inf entries at out-of-range index n (scatters drop them)
+      vals = jnp.concatenate([vals, jnp.full((width + 1 - take,), neg)])
+      idx = jnp.concatenate([idx, jnp.full((width + 1 - take,), n, idx.dtype)])
 
-  def body(c):
-    bound, fresh, gain, _ = c
-    stale = jnp.where(avail & ~fresh, bound, -jnp.inf)
-    top, idx = lax.top_k(stale, block)
-    ok = top > -jnp.inf
-    g = obj.gains(state, idx)
-    crit = _criterion(g, None if costs is None else costs[idx], ratio)
-    bound = bound.at[idx].set(jnp.where(ok, crit, bound[idx]))
-    gain = gain.at[idx].set(jnp.where(ok, g, gain[idx]))
-    fresh = fresh.at[idx].set(fresh[idx] | ok)
-    best_fresh = jnp.where(avail & fresh, bound, -jnp.inf)
-    j = jnp.argmax(best_fresh)
-    star = best_fresh[j]
-    rest = jnp.where(avail & ~fresh, bound, -jnp.inf)
-    # Blocks of different sizes may reduce in a different order, so a bound can sit a few
-    # ulps below a fresh value: any stale bound within that slack of the winner is re-evaluated.
-    slack = jnp.where(jnp.isfinite(star), _SLACK * jnp.abs(star), 0)
-    blocked = (rest > -jnp.inf) & ((rest >= star - slack) | ((rest == star) & (ids < j)))
-    return bound, fresh, gain, ~jnp.any(blocked)
+    def walk(w):
+      r, bound, fresh, best, best_j, best_gain, _ = w
+      pos = r * block
+      cand = lax.dynamic_slice(idx, (pos,), (block,))
+      ok = lax.dynamic_slice(vals, (pos,), (block,)) > neg
+      g = obj.gains(state, jnp.minimum(cand, n - 1))
+      crit = _criterion(g, None if costs is None else costs[jnp.minimum(cand, n - 1)], ratio)
+      crit = jnp.where(ok, crit.astype(bound.dtype), neg)
+      bound = bound.at[cand].set(jnp.where(ok, crit, bound[cand]), mode="drop")
+      fresh = fresh.at[cand].set(fresh[cand] | ok, mode="drop")
+      # The block's best (highest criterion, then lowest index) against the best so far.
+      top = jnp.max(crit)
+      p = jnp.argmin(jnp.where(ok & (crit == top), cand, n + 1))
+      better = ok[p] & ((top > best) | ((top == best) & (cand[p] < best_j)))
+      best = jnp.where(better, top, best)
+      best_j = jnp.where(better, cand[p], best_j)
+      best_gain = jnp.where(better, g[p], best_gain)
+      # Blocks of different sizes may reduce in a different order, so a bound can sit a few
+      # ulps below a fresh value: any stale bound within that slack of the winner is re-evaluated.
+      nxt = vals[pos + block]
+      slack = jnp.where(jnp.isfinite(best), _SLACK * jnp.abs(best), 0)
+      blocked = (nxt > neg) & (nxt >= best - slack)
+      return r + 1, bound, fresh, best, best_j, best_gain, ~blocked
 
-  init = (bound, jnp.zeros(n, bool), jnp.zeros(n, bound.dtype), ~jnp.any(avail))
-  bound, fresh, gain, _ = lax.while_loop(cond, body, init)
-  best_fresh = jnp.where(avail & fresh, bound, -jnp.inf)
-  j = jnp.argmax(best_fresh)
-  return j, best_fresh[j], gain[j], bound
+    w = lax.while_loop(lambda w: ~w[-1] & (w[0] < rounds), walk,
+                       (jnp.zeros((), jnp.int32), bound, fresh, best, best_j, best_gain, jnp.zeros((), bool)))
+    return w[1:]
+
+  init = (bound, jnp.zeros(n, bool), neg, jnp.asarray(n, jnp.int32), jnp.zeros((), bound.dtype),
+          ~jnp.any(avail))
+  bound, _, best, best_j, best_gain, _ = lax.while_loop(lambda c: ~c[-1], window, init)
+  return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
 
 
 def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
