@@ -33,8 +33,16 @@ def as_float_array(x, name: str) -> jax.Array:
   return arr
 
 
+def _min_max_ok(x, low=-np.inf) -> bool:
+  """Fast path without temporaries: min/max propagate NaN, so finite extremes >= `low`
+  mean every entry is finite and >= `low`."""
+  a = np.asarray(x)
+  lo, hi = a.min(), a.max()
+  return bool(np.isfinite(lo) & np.isfinite(hi) & (lo >= low))
+
+
 def check_finite(x: jax.Array, name: str) -> None:
-  if is_concrete(x) and x.size and not bool(np.isfinite(np.asarray(x)).all()):
+  if is_concrete(x) and x.size and not _min_max_ok(x) and not bool(np.isfinite(np.asarray(x)).all()):
     bad = int((~np.isfinite(np.asarray(x))).sum())
     raise ValueError(
         f"`{name}` contains {bad} NaN or infinite value(s); clean or mask them "
@@ -42,7 +50,7 @@ def check_finite(x: jax.Array, name: str) -> None:
 
 
 def check_nonnegative(x: jax.Array, name: str, fix: str) -> None:
-  if is_concrete(x) and x.size and bool((np.asarray(x) < 0).any()):
+  if is_concrete(x) and x.size and not _min_max_ok(x, 0) and bool((np.asarray(x) < 0).any()):
     raise ValueError(
         f"`{name}` has negative entries (min {float(np.asarray(x).min()):.4g}); "
         f"the objective is only monotone submodular for non-negative values. {fix}")

@@ -245,7 +245,8 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
       `ceil(N/k · log(1/epsilon))` candidates per step; `(1 - 1/e - epsilon)` in expectation).
     key: PRNG key, required for ``"stochastic"``.
     epsilon: stochastic greedy's accuracy parameter, in (0, 1).
-    block: candidates re-evaluated per lazy round (static; default `min(N, 32)`).
+    block: candidates re-evaluated per lazy round (static; default `clip(N // 16, 4, 32)`,
+      at most N: small problems, typically batched with `vmap`, want small rounds).
 
   Returns:
     `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`.
@@ -286,7 +287,7 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     if not 0 < epsilon < 1:
       raise ValueError(f"`epsilon` must lie in (0, 1), got {epsilon}.")
   if block is None:
-    block = min(n, 32)
+    block = min(n, max(4, min(32, n // 16)))
   elif not isinstance(block, int) or not 1 <= block <= max(n, 1):
     raise ValueError(f"`block` must be an int in [1, N={n}], got {block!r}.")
   sample = max(1, min(n, math.ceil(n / max(k, 1) * math.log(1 / epsilon))))
