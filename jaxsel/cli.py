@@ -97,8 +97,15 @@ def _pipeline(args, method: str, unit: str):
   from jaxsel.pipeline import Pipeline, available_methods
   if method not in available_methods():
     raise CLIError(f"unknown method {method!r}; use one of {', '.join(available_methods())}.", 2)
+  extra = {}
+  if getattr(args, "scorer", None):
+    from jaxsel.pipeline import CORAG_SCORERS, _agent_scorers
+    names = list(dict.fromkeys(CORAG_SCORERS + tuple(_agent_scorers())))
+    if args.scorer not in names:
+      raise CLIError(f"unknown scorer {args.scorer!r}; use one of {', '.join(names)}.", 2)
+    extra["corag_scorer"] = args.scorer
   return Pipeline(load_model(args.model), method=method, unit=unit, max_tokens=args.max_tokens,
-                  progress=not args.quiet)
+                  progress=not args.quiet, **extra)
 
 
 def _emit(args, result, out) -> None:
@@ -117,6 +124,8 @@ def _emit(args, result, out) -> None:
 
 
 def _select(pipe, queries, source, args):
+  if getattr(args, "scorer", None) and pipe.method != "corag":
+    raise CLIError("--scorer applies to --method corag only.", 2)
   try:
     return pipe.select(queries or None, source, budget=args.budget, k=args.k, min_gain=args.min_gain)
   except (ValueError, TypeError) as e:
@@ -200,6 +209,10 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
                    help="stop when the next pick's marginal gain falls below this")
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the saturation curve as a PNG")
+    p.add_argument("--scorer", default=None,
+                   help="what --method corag maximises: facility_location (default), "
+                        "saturated_coverage, relevance, or an agent-menu scorer such as links "
+                        "(relevance + a bonus for a passage whose heading an earlier one names)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,6 +114,10 @@ def test_exit_codes_on_bad_input(files, capsys, tmp_path):
   assert "No jaxsel index" in err(["index", "search", str(tmp_path), "-q", "x"], 1)
   assert "ranks passages for a query" in err(
       ["select", str(files / "corpus"), "--method", "saturated_coverage", "--quiet"], 1)
+  assert "unknown scorer 'magic'" in err(
+      ["select", str(files / "corpus"), "-q", "x", "--method", "corag", "--scorer", "magic"], 2)
+  assert "--method corag only" in err(
+      ["select", str(files / "corpus"), "-q", "x", "--scorer", "links", "--quiet"], 2)
   assert err(["select"], 2)  # argparse: FILE is required
   assert "--budget" in err(["select", str(files / "corpus"), "--budget", "-5"], 2)
 
