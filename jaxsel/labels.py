@@ -251,14 +251,16 @@ def sweep_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers:
   return table
 
 
-def finalize_labels(rows: Sequence[dict], *, margin: float = 0.10) -> list:
+def finalize_labels(rows: Sequence[dict], *, margin: float = 0.10, tie_tolerance: float = 0.0) -> list:
   """Chooses each question's label from its sweep table (`row["quality"]`, `[S][G]`).
 
   The best scorer is the one of highest quality; ties (common: several scorers often select
   the same passages) go to the scorer with the higher mean quality over all `rows`, then to
   the earlier one, and likewise for settings, so a tie is labelled with the choice that is
-  best on average rather than by list order. `keep` (the CORAG paper's filter): the best
-  scorer beats the best other scorer by more than `margin` (relative). Returns new dicts.
+  best on average rather than by list order. With `tie_tolerance > 0`, scorers within that
+  relative distance of the best count as tied too (small quality differences between
+  scorers are mostly search noise). `keep` (the CORAG paper's filter): the best scorer beats
+  the best other scorer by more than `margin` (relative). Returns new dicts.
   """
   if not rows:
     return []
@@ -275,13 +277,14 @@ def finalize_labels(rows: Sequence[dict], *, margin: float = 0.10) -> list:
   out = []
   for i, r in enumerate(rows):
     rank = sorted(range(len(scorers)), key=lambda k: (-per_scorer[i, k], -mean_scorer[k], k))
-    top = rank[0]
+    near = [k for k in rank if per_scorer[i, k] >= per_scorer[i, rank[0]] - tie_tolerance * abs(per_scorer[i, rank[0]])]
+    top = min(near, key=lambda k: (-mean_scorer[k], k))
     g = min(range(len(settings)), key=lambda j: (-table[i, top, j], -mean_setting[top, j], j))
-    best = per_scorer[i, top]
+    best = per_scorer[i, rank[0]]
     second = per_scorer[i, rank[1]] if len(rank) > 1 else -np.inf
     it, lam, c = settings[g]
     out.append({**r, "scorer": scorers[top], "iterations": int(it), "cost_penalty": float(lam),
-                "exploration": float(c), "score": float(best),
+                "exploration": float(c), "score": float(per_scorer[i, top]),
                 "second_scorer": scorers[rank[1]] if len(rank) > 1 else None,
                 "second_score": float(second), "keep": bool(len(rank) > 1 and best > (1 + margin) * second),
                 "scores": {s: float(per_scorer[i, k]) for k, s in enumerate(scorers)}})

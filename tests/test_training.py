@@ -168,3 +168,7 @@ def test_finalize_labels_ties_go_to_the_choice_best_on_average():
   assert out[2]["second_scorer"] == "b" and out[2]["second_score"] == 0.6
   with pytest.raises(ValueError, match="different scorers"):
     labels.finalize_labels(rows + [{**rows[0], "id": "x", "scorers": ["a", "b"]}])
+  # With a tolerance, a near tie goes to the scorer that is best on average.
+  near = [row(0, [[1.0, 1.0], [0.97, 0.9], [0.5, 0.5]])] + rows[1:]
+  assert labels.finalize_labels(near, tie_tolerance=0.0)[0]["scorer"] == "a"
+  assert labels.finalize_labels(near, tie_tolerance=0.05)[0]["scorer"] == "b"

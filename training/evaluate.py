@@ -39,6 +39,8 @@ def parse_args(argv=None):
   p.add_argument("--encoder", default="sentence-transformers/all-MiniLM-L6-v2")
   p.add_argument("--agent", default=os.path.join(ROOT, "out", "agent"),
                  help="trained agent folder (skip 'corag_agent' if it does not exist)")
+  p.add_argument("--extra-agents", default="",
+                 help="comma-separated NAME=FOLDER agents evaluated as extra 'CORAG + agent (NAME)' rows")
   p.add_argument("--methods", default=",".join(ALL_METHODS))
   p.add_argument("--budgets", default="128,256,384")
   p.add_argument("--scorer", default="mentions_links", help="scorer of CORAG (fixed) and exhaustive")
@@ -74,7 +76,8 @@ def markdown_table(results: dict, *, n_questions: int, command: str) -> str:
     for m, s in per.items():
       dj = _fmt_ci(s["joint_recall_diff"]) if "joint_recall_diff" in s else "—"
       dr = _fmt_ci(s["rouge_l_diff"]) if "rouge_l_diff" in s else "—"
-      lines.append(f"| {LABELS.get(m, m)} | {s['recall'] * 100:.1f} | {s['joint_recall'] * 100:.1f} | {dj} "
+      label = LABELS.get(m) or LABELS["corag_agent"] + m[len("corag_agent"):]
+      lines.append(f"| {label} | {s['recall'] * 100:.1f} | {s['joint_recall'] * 100:.1f} | {dj} "
                    f"| {s['answer_in_context'] * 100:.1f} | {s['rouge_l'] * 100:.1f} | {dr} "
                    f"| {s['tokens']:.0f} | {s['latency_ms']:.2f} |")
     lines.append("")
@@ -133,6 +136,13 @@ def main(argv=None) -> int:
       examples, feats, methods=methods, budgets=budgets, n_resamples=args.resamples, progress=not args.no_progress,
       max_depth=args.max_depth, scorer=args.scorer, iterations=args.iterations,
       cost_penalty=args.cost_penalty, exploration=args.exploration, agent=agent)
+  for spec in [x for x in args.extra_agents.split(",") if x]:
+    name, _, path = spec.partition("=")
+    extra = qa_eval.evaluate_methods(
+        examples, feats, methods=["naive", "corag_agent"], budgets=budgets, n_resamples=args.resamples,
+        progress=not args.no_progress, max_depth=args.max_depth, agent=load_agent(path))
+    for b in budgets:
+      results[b][f"corag_agent ({name})"] = extra[b]["corag_agent"]
   report = {"n_questions": len(examples), "split": args.split, "budgets": budgets,
             "settings": {k: getattr(args, k) for k in ("scorer", "iterations", "cost_penalty",
                                                      "exploration", "max_depth", "encoder")},

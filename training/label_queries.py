@@ -55,6 +55,8 @@ def parse_args(argv=None):
   p.add_argument("--exploration", type=_floats, default=labels.PAPER_EXPLORATION)
   p.add_argument("--max-depth", type=int, default=6, help="most passages in a selection")
   p.add_argument("--margin", type=float, default=0.10, help="keep if best > (1 + margin) * second best")
+  p.add_argument("--tie-tolerance", type=float, default=0.0,
+                 help="scorers within this relative quality of the best count as tied (label: the one best on average)")
   p.add_argument("--chunk", type=int, default=50, help="questions per batch (and per atomic write)")
   p.add_argument("--out", default=os.path.join(ROOT, "out", "labels", "labels.jsonl"))
   p.add_argument("--features", default=None,
@@ -130,13 +132,16 @@ def main(argv=None) -> int:
       rows.append({"id": e.id, "question": e.question, "scorers": scorers,
                    "settings": [list(x) for x in grid.settings()], "quality": qual.round(6).tolist(),
                    "embedding": {"file": os.path.basename(emb_path), "key": e.id}, "run": run})
-    rows = L.finalize_labels(rows, margin=args.margin)  # ties resolved over all rows so far
+    rows = L.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
     # Embeddings first: a label row never references a missing embedding.
     tmp = emb_path + ".tmp.npz"
     np.savez(tmp, **emb)
     os.replace(tmp, emb_path)
     L.write_labels(args.out, rows)
     print(f"labelled {min(s + args.chunk, len(todo))}/{len(todo)} ({time.time() - t0:.0f}s)", file=sys.stderr)
+  if rows:  # re-finalise (e.g. with another --tie-tolerance) without sweeping again
+    rows = L.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
+    L.write_labels(args.out, rows)
   kept = sum(r["keep"] for r in rows)
   counts = {}
   for r in rows:
