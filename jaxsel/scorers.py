@@ -302,7 +302,8 @@ def title_links(texts: Sequence[str], titles: Sequence[str], *, case_sensitive: 
   for j, t in enumerate(norm):
     if len(t) < min_chars:
       continue
-    pat = re.compile(r"(?<!\w)" + re.escape(t).replace(r"\ ", r"\s+") + r"(?!\w)", flags)
+    words = r"\s+".join(re.escape(w) for w in t.split())  # any whitespace between words
+    pat = re.compile(r"(?<!\w)" + words + r"(?!\w)", flags)
     for i, text in enumerate(texts):
       if i != j and norm[i] != t and pat.search(text):
         link[i, j] = 1.0

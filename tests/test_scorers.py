@@ -115,6 +115,10 @@ def test_title_links():
   np.testing.assert_array_equal(link, want)
   link2 = scorers.title_links(texts, titles, strip_parenthetical=False)
   assert link2[0, 1] == 0 and link2[1, 0] == 1
+  # Any whitespace between a title's words matches; case is ignored unless asked.
+  two = scorers.title_links(["about johnny\n Depp", "x"], ["a", "Johnny Depp"])
+  assert two[0, 1] == 1
+  assert scorers.title_links(["about johnny Depp", "x"], ["a", "Johnny Depp"], case_sensitive=True)[0, 1] == 0
   with pytest.raises(ValueError, match="same length"):
     scorers.title_links(texts, titles[:2])
 
