@@ -224,6 +224,8 @@ class Pipeline:
     batch_size: texts per compiled encoder call; `progress`: show the encoder's progress bar.
     min_gain: default of `select(min_gain=...)`: a pick whose marginal gain is below it is
       not taken (the default 1e-6 drops picks that add nothing; None keeps filling the budget).
+    dense_limit: above this many candidates the submodular methods use the matrix-free
+      objectives of `jaxsel.large` (memory `O(N·D)` instead of the `[N, N]` similarity).
     cache_size: how many recent `embed` results to keep (same texts and prompt are not
       embedded again; `replace` copies share the cache); 0 turns caching off.
   """
@@ -235,7 +237,8 @@ class Pipeline:
                corag_scorer="facility_location", discount: float = 0.9,
                iterations: int = 16, exploration: float = 2.4, cost_penalty: float = 0.1,
                max_depth: Optional[int] = None, agent=None, batch_size: int = 64,
-               progress: bool = False, min_gain: Optional[float] = 1e-6, cache_size: int = 8):
+               progress: bool = False, min_gain: Optional[float] = 1e-6, cache_size: int = 8,
+               dense_limit: int = 4096):
     if encoder is None or not callable(getattr(encoder, "encode", None)):
       raise TypeError("`encoder` must have an `encode(texts, ...)` method, e.g. "
                       "`jaxsel.load_encoder(name_or_path)`.")
@@ -270,6 +273,7 @@ class Pipeline:
     self.progress = progress
     self.min_gain = min_gain
     self.cache_size = cache_size
+    self.dense_limit = dense_limit
     self._cache = collections.OrderedDict()  # (prompt prefix, texts) -> embeddings
 
   # -- embedding -------------------------------------------------------------------------------
@@ -450,6 +454,19 @@ class Pipeline:
       return facility_location(similarity, relevance, valid=valid)
     return saturated_coverage(similarity, relevance, valid=valid)
 
+  def _objective_from(self, relevance, sym_emb):
+    """The method's objective; above `dense_limit` candidates the matrix-free form (gains in
+    blocks from the embeddings, never the `[N, N]` similarity), which picks the same."""
+    n = sym_emb.shape[0]
+    if n <= self.dense_limit or self.nonneg not in ("clip", "shift", "square"):
+      return self.objective(relevance, self.similarity(sym_emb))
+    from jaxsel import large
+    e = jnp.asarray(sym_emb)
+    if self.method == "saturated_coverage":
+      return large.saturated_coverage_from_embeddings(e, relevance, nonneg=self.nonneg)
+    rel = None if self.method == "coverage" else relevance
+    return large.facility_location_from_embeddings(e, rel, nonneg=self.nonneg)
+
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
              min_gain: Optional[float] = None) -> SelectionResult:
     """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
@@ -473,9 +490,9 @@ class Pipeline:
     k = self._check(queries, budget, k, costs, len(passages))
     q_emb = self.embed(queries, "query") if queries else None
     rel = None if q_emb is None else self.relevance(q_emb, emb)
-    sim = self.similarity(sym)
+    sim = None if self.method in SUBMODULAR else self.similarity(sym)
     if self.method in SUBMODULAR:
-      sel = greedy(self.objective(rel, sim), k=k,
+      sel = greedy(self._objective_from(rel, sym), k=k,
                    costs=None if budget is None else costs,
                    budget=None if budget is None else float(budget),
                    min_gain=min_gain, method=self.greedy_method,

@@ -288,3 +288,12 @@ def test_corag_with_the_agent_menu_link_scorer(enc):
                             max_depth=len(passages))
   np.testing.assert_array_equal(res.indices, np.asarray(ref.order)[:int(ref.length)])
   np.testing.assert_allclose(res.curve[-1], float(ref.value), rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["facility_location", "saturated_coverage", "coverage"])
+def test_matrix_free_above_dense_limit_picks_the_same(enc, method):
+  q = None if method == "coverage" else [Q0, "Who is Janet Waldo?"]
+  dense = Pipeline(enc, method=method, max_tokens=80).select(q, [SMALL], budget=150)
+  free = Pipeline(enc, method=method, max_tokens=80, dense_limit=0).select(q, [SMALL], budget=150)
+  np.testing.assert_array_equal(free.indices, dense.indices)
+  np.testing.assert_allclose(free.curve, dense.curve, rtol=1e-4)
