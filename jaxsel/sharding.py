@@ -86,19 +86,14 @@ def shard_batch(tree, mesh: Mesh, *, axis: AxisNames = None):
   calls this with the same (host-local, whole) arrays.
   """
   axes, d = _mesh_axes(mesh, axis)
-  sharding = NamedSharding(mesh, _spec(axes))
-
-  def put(x):
+  for x in jax.tree.leaves(tree):
     if np.ndim(x) == 0 or np.shape(x)[0] % d:
       raise ValueError(f"`shard_batch` needs a leading batch axis that is a multiple of the {d} "
                        f"devices on {axes}, got shape {np.shape(x)}; pad the batch, or use "
                        "`jaxsel.sharded_vmap`, which pads for you.")
-    if isinstance(x, jax.Array):
-      return jax.device_put(x, sharding)
-    host = np.asarray(x)
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-
-  return jax.tree.map(put, tree)
+  if jax.process_count() > 1:
+    return _global(tree, _spec(axes), mesh)
+  return jax.device_put(tree, NamedSharding(mesh, _spec(axes)))
 
 
 def _place(tree, specs, mesh: Mesh):
