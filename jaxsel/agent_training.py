@@ -28,6 +28,17 @@ from jaxsel.agent import (
     check_embeddings, denormalize_settings, forward, new_agent, normalize_settings, set_agent_params)
 
 CHECKPOINT_FORMAT = "jaxsel-agent-training/1"
+SELECTS = ("last", "best_val")
+
+
+def best_epoch(history: Sequence[dict]) -> Optional[int]:
+  """Epoch (1-based) of the highest validation scorer accuracy; ties go to the lower
+  validation settings error, then to the earlier epoch. None without validation metrics."""
+  scored = [h for h in history if "val_scorer_accuracy" in h]
+  if not scored:
+    return None
+  return min(scored, key=lambda h: (-h["val_scorer_accuracy"], h["val_settings_mae_normalized"],
+                                    h["epoch"]))["epoch"]
 
 
 class AgentDataset(NamedTuple):
@@ -103,8 +114,11 @@ class TrainConfig:
   beta: float = 1.0
   gamma: float = 1.0
   margin: float = 1.0
+  select: str = "last"  # "last" epoch's parameters, or "best_val": the epoch of best validation accuracy
 
   def __post_init__(self):
+    if self.select not in SELECTS:
+      raise ValueError(f"`select` must be one of {SELECTS}, got {self.select!r}.")
     for name in ("batch_size", "epochs"):
       v = getattr(self, name)
       if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (1 if name == "batch_size" else 0):
@@ -194,15 +208,15 @@ def _manager(directory: str):
                                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
 
 
-def _save(mngr, epoch: int, params, opt_state, meta: dict) -> None:
+def _save(mngr, epoch: int, params, opt_state, best_params, meta: dict) -> None:
   import orbax.checkpoint as ocp
   mngr.save(epoch, args=ocp.args.Composite(
-      state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+      state=ocp.args.StandardSave({"params": params, "opt_state": opt_state, "best_params": best_params}),
       meta=ocp.args.JsonSave(meta)))
   mngr.wait_until_finished()
 
 
-def _restore(mngr, directory: str, params, opt_state, expected: dict):
+def _restore(mngr, directory: str, params, opt_state, best_params, expected: dict):
   """Restores the latest checkpoint after checking that it belongs to this run."""
   import orbax.checkpoint as ocp
   step = mngr.latest_step()
@@ -219,7 +233,7 @@ def _restore(mngr, directory: str, params, opt_state, expected: dict):
   if diffs:
     raise ValueError(f"checkpoint {where} does not match this run (resume needs the same agent "
                      f"config, training settings and data; only `epochs` may change): " + "; ".join(diffs))
-  target = {"params": params, "opt_state": opt_state}
+  target = {"params": params, "opt_state": opt_state, "best_params": best_params}
   try:
     state = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
   except Exception as e:
@@ -227,7 +241,8 @@ def _restore(mngr, directory: str, params, opt_state, expected: dict):
   ok = jax.tree.map(lambda a, b: np.shape(a) == np.shape(b), state, target)
   if not all(jax.tree.leaves(ok)):
     raise ValueError(f"checkpoint {where} holds arrays whose shapes differ from the agent's.")
-  return int(step), state["params"], state["opt_state"], list(meta.get("history", []))
+  return (int(step), state["params"], state["opt_state"], state["best_params"],
+          list(meta.get("history", [])))
 
 
 def latest_checkpoint_epoch(directory: str) -> Optional[int]:
@@ -259,6 +274,9 @@ def train_agent(agent_config: AgentConfig, train: AgentDataset, *,
     resume: continue from the last checkpoint in `checkpoint_dir` (same result as an
       uninterrupted run). Without it, a directory that already holds checkpoints is an error.
     progress: show a tqdm bar with the loss parts.
+
+  With `config.select == "best_val"` (and a validation set) the returned agent has the
+  parameters of the epoch with the best validation scorer accuracy (`best_epoch`).
   """
   if not isinstance(agent_config, AgentConfig):
     raise TypeError(f"`agent_config` must be an AgentConfig, got {type(agent_config).__name__}.")
@@ -285,6 +303,7 @@ def train_agent(agent_config: AgentConfig, train: AgentDataset, *,
               "train_config": config.resume_key(), "data": train.fingerprint()}
 
   start, history, mngr = 0, [], None
+  best_params = params
   if checkpoint_dir is not None:
     mngr = _manager(checkpoint_dir)
     if mngr.latest_step() is not None:
@@ -292,7 +311,8 @@ def train_agent(agent_config: AgentConfig, train: AgentDataset, *,
         mngr.close()
         raise ValueError(f"`checkpoint_dir` {checkpoint_dir} already holds checkpoints (last epoch "
                          f"{mngr.latest_step()}); pass resume=True (--resume) or use an empty directory.")
-      start, params, opt_state, history = _restore(mngr, checkpoint_dir, params, opt_state, expected)
+      start, params, opt_state, best_params, history = _restore(
+          mngr, checkpoint_dir, params, opt_state, best_params, expected)
 
   epochs = range(start, config.epochs)
   bar = None
@@ -316,8 +336,10 @@ def train_agent(agent_config: AgentConfig, train: AgentDataset, *,
         entry.update(val_scorer_accuracy=m["scorer_accuracy"],
                      val_settings_mae_normalized=m["settings_mae_normalized"])
       history.append(entry)
+      if best_epoch(history) == epoch + 1:
+        best_params = params
       if mngr is not None:
-        _save(mngr, epoch + 1, params, opt_state, {**expected, "history": history})
+        _save(mngr, epoch + 1, params, opt_state, best_params, {**expected, "history": history})
       if bar is not None:
         bar.update(1)
         bar.set_postfix({k[:5]: f"{v:.3f}" for k, v in entry.items() if k != "epoch"})
@@ -327,7 +349,9 @@ def train_agent(agent_config: AgentConfig, train: AgentDataset, *,
     if mngr is not None:
       mngr.close()
 
-  set_agent_params(agent, params)
+  chosen = best_epoch(history) if config.select == "best_val" else None
+  set_agent_params(agent, best_params if chosen is not None else params)
   metrics = agent_metrics(agent, validation if validation is not None and len(validation) else train)
+  metrics["selected_epoch"] = chosen if chosen is not None else len(history)
   metrics["evaluated_on"] = "validation" if validation is not None and len(validation) else "train"
   return TrainResult(agent, history, metrics)

@@ -15,7 +15,7 @@ from jaxsel.agent import (
     contrastive_loss, denormalize_settings, forward, load_agent, new_agent, normalize_settings,
     save_agent)
 from jaxsel.agent_training import (
-    TrainConfig, agent_metrics, epoch_batches, make_dataset, split_dataset, train_agent)
+    TrainConfig, best_epoch, agent_metrics, epoch_batches, make_dataset, split_dataset, train_agent)
 
 D = 12
 CFG = AgentConfig(in_dim=D, scorers=("relevance", "links"), hidden=(32, 16, 8))
@@ -112,13 +112,15 @@ def test_combined_loss_parts_match_numpy():
 
 
 def test_resume_equals_uninterrupted(tmp_path):
-  data = two_domains(40, 1)
-  full = TrainConfig(batch_size=16, epochs=4, seed=3)
-  ref = train_agent(CFG, data, config=full)
+  data, val = two_domains(40, 1), two_domains(12, 5)
+  full = TrainConfig(batch_size=16, epochs=4, seed=3, select="best_val")
+  ref = train_agent(CFG, data, config=full, validation=val)
   ck = str(tmp_path / "ck")
-  part = train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=2, seed=3), checkpoint_dir=ck)
+  part = train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=2, seed=3, select="best_val"),
+                     checkpoint_dir=ck, validation=val)
   assert len(part.history) == 2
-  res = train_agent(CFG, data, config=full, checkpoint_dir=ck, resume=True)
+  res = train_agent(CFG, data, config=full, checkpoint_dir=ck, resume=True, validation=val)
+  assert res.metrics["selected_epoch"] == ref.metrics["selected_epoch"] == best_epoch(ref.history)
   for a, b in zip(jax.tree.leaves(agent_params(ref.agent)), jax.tree.leaves(agent_params(res.agent))):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert [h["loss"] for h in res.history] == [h["loss"] for h in ref.history]
@@ -131,7 +133,7 @@ def test_resume_equals_uninterrupted(tmp_path):
     train_agent(other, make_dataset(other, data.embeddings, data.scorer, np.zeros((40, 3))),
                 config=full, checkpoint_dir=ck, resume=True)
   with pytest.raises(ValueError, match="train_config"):
-    train_agent(CFG, data, config=TrainConfig(batch_size=8, epochs=4, seed=3), checkpoint_dir=ck,
+    train_agent(CFG, data, config=TrainConfig(batch_size=8, epochs=4, seed=3, select="best_val"), checkpoint_dir=ck,
                 resume=True)
   with pytest.raises(ValueError, match="data"):
     train_agent(CFG, data.subset(range(30)), config=full, checkpoint_dir=ck, resume=True)
@@ -141,7 +143,7 @@ def test_resume_equals_uninterrupted(tmp_path):
       with open(p, "r+b") as f:
         f.truncate(3)
   with pytest.raises(ValueError, match="corrupt or unreadable"):
-    train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=6, seed=3), checkpoint_dir=ck,
+    train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=6, seed=3, select="best_val"), checkpoint_dir=ck,
                 resume=True)
 
 
@@ -156,6 +158,16 @@ def test_corrupt_checkpoint_metadata(tmp_path):
       f.write("{not json")
   with pytest.raises(ValueError, match="corrupt or unreadable"):
     train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=2), checkpoint_dir=ck, resume=True)
+
+
+def test_best_epoch():
+  h = [{"epoch": 1, "val_scorer_accuracy": 0.5, "val_settings_mae_normalized": 0.3},
+       {"epoch": 2, "val_scorer_accuracy": 0.7, "val_settings_mae_normalized": 0.3},
+       {"epoch": 3, "val_scorer_accuracy": 0.7, "val_settings_mae_normalized": 0.2},
+       {"epoch": 4, "val_scorer_accuracy": 0.7, "val_settings_mae_normalized": 0.2}]
+  assert best_epoch(h) == 3 and best_epoch([{"epoch": 1, "loss": 1.0}]) is None
+  with pytest.raises(ValueError, match="select"):
+    TrainConfig(select="best")
 
 
 def test_epoch_batches_cover_every_example_once():

@@ -105,7 +105,7 @@ def test_batched_search_matches_single_and_budget(sample):
 
 def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   out = tmp_path / "labels" / "labels.jsonl"
-  common = ["--data", SAMPLE, "--split", "all", "--no-progress"]
+  common = ["--data", SAMPLE, "--split", "all", "--no-progress", "--features", str(tmp_path / "f.npz")]
   rest = ["--scorers", "relevance,mentions_links", "--iterations", "3",
                    "--cost-penalty", "0.2", "--exploration", "1.5,3.0", "--budget", "200",
                    "--chunk", "2", "--max-depth", "4", "--out", str(out)]

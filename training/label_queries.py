@@ -80,7 +80,7 @@ def main(argv=None) -> int:
   scorers = [s for s in args.scorers.split(",") if s]
   builders = dict(L.SCORERS)
   model_scorers = [s for s in scorers if s in ("embedding", "cross_encoder")]
-  encoder = load_encoder(args.encoder)
+  encoder = None  # loaded only when something needs embedding (cached features do not)
   ce = None
   if model_scorers:
     if "cross_encoder" in model_scorers:
@@ -88,6 +88,7 @@ def main(argv=None) -> int:
         raise SystemExit("scorer 'cross_encoder' needs --cross-encoder PATH")
       from jaxsel.encoders import load_cross_encoder
       ce = load_cross_encoder(args.cross_encoder)
+    encoder = load_encoder(args.encoder)
     builders.update(L.model_scorer_builders(encoder, cross_encoder=ce))
   unknown = [s for s in scorers if s not in builders]
   if unknown:
@@ -111,6 +112,8 @@ def main(argv=None) -> int:
          "grid": {"iterations": grid.iterations, "cost_penalty": grid.cost_penalty,
                   "exploration": grid.exploration}, "margin": args.margin}
   cached = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
+  if todo and (cached is None or cached.get(todo) is None) and encoder is None:
+    encoder = load_encoder(args.encoder)
   if cached is not None and todo:
     cached.ensure(encoder, todo)
   t0 = time.time()

@@ -37,6 +37,8 @@ def parse_args(argv=None):
   p.add_argument("--gamma", type=float, default=1.0, help="regression loss weight")
   p.add_argument("--margin", type=float, default=1.0, help="contrastive margin")
   p.add_argument("--val-fraction", type=float, default=0.2)
+  p.add_argument("--select", choices=("best_val", "last"), default="best_val",
+                 help="save the epoch of best validation scorer accuracy (default) or the last one")
   p.add_argument("--hidden", default="512,256,128", help="tower widths")
   p.add_argument("--scorers", default=None,
                  help="scorer names of the classification head (default: those in the labels)")
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
   train, val = split_dataset(data, validation_fraction=args.val_fraction, seed=args.seed)
   tc = TrainConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr,
                    seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma,
-                   margin=args.margin)
+                   margin=args.margin, select=args.select if args.val_fraction > 0 else "last")
   ck = args.checkpoints or os.path.join(args.out, "checkpoints")
   print(f"{len(train)} train / {len(val)} validation questions; scorers {scorers}", file=sys.stderr)
   res = train_agent(config, train, config=tc, validation=val, checkpoint_dir=ck, resume=args.resume,
