@@ -149,15 +149,15 @@ class SelectionResult:
   def plot(self, path=None, *, ax=None):
     """Plots the saturation curve (objective value and marginal gain per pick); saves a PNG to
     `path` when given. Returns the matplotlib figure."""
-    import matplotlib
-    if path is not None and ax is None:
-      matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-    fig = None
-    if ax is None:
-      fig, ax = plt.subplots(figsize=(6, 3.5))
-    else:
+    if ax is not None:
       fig = ax.figure
+    elif path is not None:  # no pyplot: works without a display and leaves its backend alone
+      from matplotlib.figure import Figure
+      fig = Figure(figsize=(6, 3.5))
+      ax = fig.subplots()
+    else:
+      import matplotlib.pyplot as plt
+      fig, ax = plt.subplots(figsize=(6, 3.5))
     x = np.arange(1, len(self.curve) + 1)
     tokens = np.cumsum([p.tokens for p in self.passages])
     ax.plot(x, self.curve, "o-", label="objective value f(S)")
