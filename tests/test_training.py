@@ -105,7 +105,12 @@ def test_batched_search_matches_single_and_budget(sample):
 
 def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   out = tmp_path / "labels" / "labels.jsonl"
-  common = ["--data", SAMPLE, "--split", "all", "--no-progress", "--features", str(tmp_path / "f.npz")]
+  # Features from the stand-in encoder, cached under its name: the scripts then never load a
+  # model (the real encoder's path is `qa.featurize`, tested with the same stand-in above).
+  ex = qa.load_qa_jsonl(SAMPLE)
+  cache = str(tmp_path / "f.npz")
+  qa.save_features(cache, qa.featurize(HashEncoder(), ex), [e.id for e in ex], meta={"encoder": "hash"})
+  common = ["--data", SAMPLE, "--split", "all", "--no-progress", "--features", cache, "--encoder", "hash"]
   rest = ["--scorers", "relevance,mentions_links", "--iterations", "3",
                    "--cost-penalty", "0.2", "--exploration", "1.5,3.0", "--budget", "200",
                    "--chunk", "2", "--max-depth", "4", "--out", str(out)]
