@@ -12,7 +12,8 @@ mean pooling + L2 normalisation, on CPU.
 Throughput is the best of `--repeats` passes, jaxsel and PyTorch alternating (the machine
 may be shared). The script also checks that the two sets of embeddings agree.
 
-    .venv/bin/python bench/encoders.py [--n 512] [--repeats 3] [--threads 2]
+    .venv/bin/python bench/encoders.py [--n 512] [--repeats 3] [--threads 2] \
+        [--xla-flags=--xla_cpu_use_xnnpack=true]
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def main(argv=None):
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--threads", type=int, default=2, help="torch threads")
   p.add_argument("--data", type=Path, default=DATA)
+  p.add_argument("--xla-flags", default=None,
+                 help="XLA_FLAGS for this run, e.g. --xla_cpu_use_xnnpack=true (set before JAX starts)")
   args = p.parse_args(argv)
+  if args.xla_flags is not None:
+    os.environ["XLA_FLAGS"] = args.xla_flags
 
   import torch
   import transformers
@@ -120,7 +125,8 @@ def main(argv=None):
       ("jaxsel compile (first pass minus a warm pass)", f"{compile_s:.1f} s"),
       ("max |jaxsel - PyTorch| (normalised embeddings)", f"{diff:.1e}"),
       ("setting", f"batch {args.batch_size}, max length {args.max_length}, float32, "
-                  f"torch threads {args.threads}, {os.cpu_count()} CPUs, best of {args.repeats}"),
+                  f"torch threads {args.threads}, {os.cpu_count()} CPUs, best of {args.repeats}, "
+                  f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"),
       ("versions", f"jax {jax.__version__}, torch {torch.__version__}, "
                    f"transformers {transformers.__version__}, {platform.machine()}"),
   ]
