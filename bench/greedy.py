@@ -327,8 +327,8 @@ def main(argv=None):
   if not a.skip_batch:
     rows, info = batch(a.batch, a.passages, a.batch_k, a.repeats, peers, a.budget_s, a.shipped_sample)
     t = table(f"batch: {a.batch} queries x {a.passages} passages, k = {a.batch_k}", rows, info)
-    t += ("\njaxsel times include building the batched objective from the NumPy matrices; "
-          "peer loops include building each peer object.\n")
+    t += ("\njaxsel rows say whether the batched objective is built from the NumPy matrices "
+          "inside the timing; peer loops include building each peer object.\n")
     print(t, flush=True)
     report.append(t)
   if a.out:
