@@ -3,7 +3,6 @@ plain references; the batched search agrees with per-question calls."""
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +12,22 @@ from jaxsel.agent import load_agent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(ROOT, "tests", "data", "hotpotqa_sample.jsonl")
-sys.path.insert(0, os.path.join(ROOT, "training"))
 
-import evaluate as evaluate_script  # noqa: E402
-import label_queries  # noqa: E402
-import train_agent as train_script  # noqa: E402
+
+def _script(name):
+  """Imports training/<name>.py under a private module name (a plain `import evaluate` could
+  pick up an unrelated installed package)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(f"_jaxsel_training_{name}",
+                                                os.path.join(ROOT, "training", f"{name}.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+evaluate_script = _script("evaluate")
+label_queries = _script("label_queries")
+train_script = _script("train_agent")
 
 
 class HashEncoder:
