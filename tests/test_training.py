@@ -187,3 +187,24 @@ def test_finalize_labels_ties_go_to_the_choice_best_on_average():
   near = [row(0, [[1.0, 1.0], [0.97, 0.9], [0.5, 0.5]])] + rows[1:]
   assert labels.finalize_labels(near, tie_tolerance=0.0)[0]["scorer"] == "a"
   assert labels.finalize_labels(near, tie_tolerance=0.05)[0]["scorer"] == "b"
+
+
+def test_model_scorer_in_the_sweep(sample):
+  """The embedding scorer (a model call per scored order) runs in the batched sweep and
+  agrees with a direct search."""
+  from jaxsel.encoders import tiny_encoder
+  from jaxsel.search import corag_search
+  ex, f = sample
+  enc = tiny_encoder()
+  f2 = qa.take(f, [0, 1])
+  f2 = f2._replace(query=np.asarray(enc.encode([e.question for e in ex[:2]])))
+  tok = qa.tokenize(enc.tokenizer, ex[:2], n_max=10, max_chunk_tokens=12)
+  assert tok.chunk_ids.shape == (2, 10, 12) and (tok.chunk_lens[0] == 12).all()
+  builders = {**labels.SCORERS, **labels.model_scorer_builders(enc, max_len=32)}
+  orders = labels.search_orders(f2, "embedding", budget=250, iterations=1, cost_penalty=0.2,
+                                exploration=2.0, max_depth=2, builders=builders,
+                                tokens={"embedding": tok})
+  fi, ti = qa.QAFeatures(*(a[1] for a in f2)), qa.QATokens(*(a[1] for a in tok))
+  single = corag_search(builders["embedding"](fi, ti), fi.costs, budget=250, iterations=1,
+                        exploration=2.0, cost_penalty=0.2, max_depth=2, valid=fi.valid)
+  np.testing.assert_array_equal(orders[1], np.asarray(single.order))
