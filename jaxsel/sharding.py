@@ -365,6 +365,15 @@ def candidate_sharded_greedy(objective, *, mesh: Mesh, k: int, axis: AxisNames =
   (`jaxsel.large`). Arguments and result as in `jaxsel.greedy`; the picks are the same as on
   one device (ties go to the lowest index).
 
+  What is split: every evaluation of all `N` gains (each pick of ``method="dense"``, the
+  first pass of ``"lazy"``) costs each device `N/d` candidates. The few candidates that lazy
+  greedy re-evaluates per round and stochastic greedy's sample are evaluated by their owners
+  with the same fixed shape on every device, so those rounds are not faster than on one
+  device: for speed from more devices prefer ``method="dense"``, which is also what lazy
+  greedy degenerates to on clipped cosines of high-dimensional embeddings (see
+  `bench/README.md`). Stochastic greedy matches one device when `N` is a multiple of the
+  device count (its sample depends on the padded `N`).
+
   Args:
     objective: one objective (no batch axis).
     mesh: the device mesh; `axis` names the mesh axes the candidates are split over
