@@ -22,7 +22,7 @@ import itertools
 import json
 import os
 import tempfile
-from typing import Callable, Dict, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
