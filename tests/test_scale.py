@@ -328,5 +328,28 @@ def test_eight_devices():
   assert not failed, results
 
 
+def test_multihost_example_two_processes():
+  """The README's multi-host recipe: two processes (4 CPU devices each) joined by
+  `jax.distributed.initialize`, candidate- and data-parallel greedy equal one device."""
+  import socket
+  with socket.socket() as sock:
+    sock.bind(("localhost", 0))
+    port = sock.getsockname()[1]
+  script = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "multihost.py")
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  procs = [subprocess.Popen(
+      [sys.executable, script, "--coordinator", f"localhost:{port}", "--num-processes", "2",
+       "--process-id", str(i), "--n", "300", "--k", "6"],
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  outs = [p.communicate(timeout=600) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  assert "candidate-parallel True, data-parallel True" in outs[0][0], outs[0][0]
+  picks = [[line.split("picks")[1] for line in out.splitlines() if "candidate-parallel picks" in line]
+           for out, _ in outs]
+  assert picks[0] and picks[0] == picks[1]
+
+
 if __name__ == "__main__":
   print(json.dumps(_eight_device_checks()))
