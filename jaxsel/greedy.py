@@ -181,7 +181,6 @@ def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
 
 def _best_single(obj, costs, budget, *, k):
   """The best feasible single candidate, as a Selection."""
-  n = obj.num_candidates
   g = obj.gains(obj.init())
   avail = obj.valid & (costs <= budget)
   crit = jnp.where(avail, g, -jnp.inf)
@@ -193,7 +192,7 @@ def _best_single(obj, costs, budget, *, k):
       gains=jnp.zeros((k,), dtype).at[0].set(jnp.where(ok, g[j], 0)),
       values=jnp.full((k,), jnp.where(ok, g[j], 0), dtype),
       count=ok.astype(jnp.int32),
-      cost=jnp.where(ok, costs[j], 0).astype(jnp.float32)) if n else None
+      cost=jnp.where(ok, costs[j], 0).astype(jnp.float32))
 
 
 def _final_value(s: Selection) -> Array:
@@ -209,7 +208,7 @@ def _better(a: Selection, b: Selection) -> Selection:
 @functools.partial(jax.jit, static_argnames=("k", "method", "block", "sample", "use_key"))
 def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_key):
   key = key if use_key else None
-  if costs is None:
+  if costs is None or k == 0 or obj.num_candidates == 0:
     return _run(obj, None, None, min_gain, key, k=k, method=method, ratio=False,
                 block=block, sample=sample)
   # Budgeted: cost-benefit greedy, plain-gain greedy and the best single item; the best of
@@ -219,8 +218,6 @@ def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_
   cb = _run(obj, costs, budget, min_gain, ka, k=k, method=method, ratio=True, block=block, sample=sample)
   uc = _run(obj, costs, budget, min_gain, kb, k=k, method=method, ratio=False, block=block, sample=sample)
   best = _better(cb, uc)
-  if k == 0 or obj.num_candidates == 0:
-    return best
   single = _best_single(obj, costs, budget, k=k)
   if min_gain is not None:  # a single item below the threshold is no pick at all
     single = single._replace(count=jnp.where(single.gains[0] >= min_gain, single.count, 0))

@@ -180,6 +180,8 @@ def test_k_zero_and_empty_ground_set():
   assert sel.indices.shape == (0,) and int(sel.count) == 0
   sel = jaxsel.greedy(jaxsel.coverage(np.zeros((0, 0))), k=0)
   assert sel.indices.shape == (0,) and int(sel.count) == 0
+  sel = jaxsel.greedy(jaxsel.coverage(np.eye(3)), k=0, costs=np.ones(3), budget=2.0)
+  assert sel.indices.shape == (0,) and int(sel.count) == 0 and float(sel.cost) == 0
 
 
 @pytest.mark.parametrize("kwargs, match", [
