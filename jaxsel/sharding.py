@@ -2,7 +2,9 @@
 
 Shape legend: B batch, N candidates, K picks, d devices on the sharded mesh axes.
 
-Two kinds of parallelism, both giving the same picks as one device:
+Two kinds of parallelism, both giving the same picks as one device (except candidate-parallel
+stochastic greedy when `N` is not a multiple of the device count: its sample depends on the
+padded `N`):
 
 * **data parallel** (`sharded_vmap`, `sharded_greedy`, `sharded_search`): a batch of independent problems is
   split along `[B]` over the devices; each device runs `jax.vmap` of the one-instance
