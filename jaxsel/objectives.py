@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import lax
 
 from jaxsel import _checks
 
@@ -92,8 +93,22 @@ class SaturationState(NamedTuple):
   best: Array  # [N] max_{j in S} s_ij (0 for the empty set)
 
 
-def _gather_rows(sim_t: Array, idx: Optional[Array]) -> Array:
-  return sim_t if idx is None else jnp.take(sim_t, idx, axis=0)
+def _block_gains(row_gains, sim_t: Array, relevance: Optional[Array], idx: Array) -> Array:
+  """Gains `[M]` of the candidates `idx` `[M]` from `row_gains(rows [M, N], r [Q, M] | None)`.
+
+  On CPU the rows are streamed one at a time (`lax.map` of a dynamic row slice): reading
+  contiguous rows in sequence runs about twice as fast as reducing a gathered `[M, N]`
+  block. Accelerators take the gathered block, which they reduce in parallel."""
+  if jax.default_backend() != "cpu":
+    r = None if relevance is None else jnp.take(relevance, idx, axis=-1)
+    return row_gains(jnp.take(sim_t, idx, axis=0), r)
+
+  def one(j):
+    row = lax.dynamic_index_in_dim(sim_t, j, keepdims=True)  # [1, N]
+    r = None if relevance is None else lax.dynamic_index_in_dim(relevance, j, axis=-1, keepdims=True)
+    return row_gains(row, r)[0]
+
+  return lax.map(one, idx)
 
 
 @struct.dataclass
@@ -115,12 +130,17 @@ class FacilityLocation:
     return CoverState(jnp.zeros((q, self.num_candidates), self.sim_t.dtype))
 
   def gains(self, state: CoverState, idx: Optional[Array] = None) -> Array:
-    rows = _gather_rows(self.sim_t, idx)  # [M, N]
-    if self.relevance is None:
-      # Reduce along the contiguous (item) axis: one streaming pass over the rows.
-      return jnp.sum(jax.nn.relu(rows - state.cover[0]), axis=-1)
-    r = self.relevance if idx is None else jnp.take(self.relevance, idx, axis=-1)  # [Q, M]
-    return jnp.sum(jax.nn.relu(r.T[:, :, None] * rows[:, None, :] - state.cover[None]), axis=(-2, -1))
+    def row_gains(rows, r):  # rows [M, N], r [Q, M] or None
+      if r is None:
+        # Reduce along the contiguous (item) axis: one streaming pass over the rows.
+        return jnp.sum(jax.nn.relu(rows - state.cover[0]), axis=-1)
+      if r.shape[0] == 1:  # one query: a plain [M, N] row reduction, which vectorises best
+        return jnp.sum(jax.nn.relu(r[0][:, None] * rows - state.cover[0]), axis=-1)
+      return jnp.sum(jax.nn.relu(r.T[:, :, None] * rows[:, None, :] - state.cover[None]), axis=(-2, -1))
+
+    if idx is None:
+      return row_gains(self.sim_t, self.relevance)
+    return _block_gains(row_gains, self.sim_t, self.relevance, idx)
 
   def update(self, state: CoverState, j: Array) -> CoverState:
     row = self.sim_t[j]  # [N]
@@ -156,10 +176,15 @@ class SaturatedCoverage:
     return SaturationState(jnp.zeros((self.num_candidates,), self.sim_t.dtype))
 
   def gains(self, state: SaturationState, idx: Optional[Array] = None) -> Array:
-    rows = _gather_rows(self.sim_t, idx)  # [M, N]
     capped = jnp.minimum(self.relevance, state.best[None])  # [Q, N]
-    return jnp.sum(
-        jax.nn.relu(jnp.minimum(self.relevance[None], rows[:, None, :]) - capped[None]), axis=(-2, -1))
+
+    def row_gains(rows, _):  # rows [M, N]
+      return jnp.sum(
+          jax.nn.relu(jnp.minimum(self.relevance[None], rows[:, None, :]) - capped[None]), axis=(-2, -1))
+
+    if idx is None:
+      return row_gains(self.sim_t, None)
+    return _block_gains(row_gains, self.sim_t, None, idx)
 
   def update(self, state: SaturationState, j: Array) -> SaturationState:
     return SaturationState(jnp.maximum(state.best, self.sim_t[j]))
