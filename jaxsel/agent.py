@@ -29,7 +29,6 @@ import functools
 import json
 import math
 import os
-import tempfile
 from typing import NamedTuple, Optional, Sequence
 
 import jax
@@ -37,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+
+from jaxsel._io import atomic_write
 
 Array = jax.Array
 
@@ -387,19 +388,6 @@ def set_agent_params(agent: ConfigAgent, params: dict, *, source: str = "params"
   nnx.update(agent, state)
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-  d = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
-
-
 def save_agent(agent: ConfigAgent, path: str, *, metadata: Optional[dict] = None) -> str:
   """Writes `path/config.json` and `path/params.safetensors` (each atomically)."""
   from safetensors.numpy import save as st_save
@@ -407,9 +395,9 @@ def save_agent(agent: ConfigAgent, path: str, *, metadata: Optional[dict] = None
     raise TypeError(f"`agent` must be a ConfigAgent, got {type(agent).__name__}.")
   os.makedirs(path, exist_ok=True)
   flat = _flatten(agent_params(agent))
-  _atomic_write(os.path.join(path, PARAMS_FILE), st_save(flat, metadata={"format": AGENT_FORMAT}))
+  atomic_write(os.path.join(path, PARAMS_FILE), st_save(flat, metadata={"format": AGENT_FORMAT}))
   cfg = {"format": AGENT_FORMAT, "config": agent.config.to_dict(), "metadata": metadata or {}}
-  _atomic_write(os.path.join(path, CONFIG_FILE), json.dumps(cfg, indent=2).encode())
+  atomic_write(os.path.join(path, CONFIG_FILE), json.dumps(cfg, indent=2).encode())
   return path
 
 

@@ -36,6 +36,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from safetensors.numpy import load as st_load, save as st_save
 
+from jaxsel._io import atomic_write
 from jaxsel import _checks
 
 Array = jax.Array
@@ -297,21 +298,4 @@ def _read_manifest(path: Path) -> dict:
   return man
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-  """Writes `data` to `path` so that readers see either the old file or all of the new one."""
-  tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-  with open(tmp, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-  try:  # make the rename itself durable
-    fd = os.open(path.parent, os.O_RDONLY)
-  except OSError:
-    return
-  try:
-    os.fsync(fd)
-  except OSError:
-    pass
-  finally:
-    os.close(fd)
+_atomic_write = atomic_write  # module attribute, so tests can simulate a crash mid-write

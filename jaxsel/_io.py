@@ -1,0 +1,37 @@
+"""Crash-safe file writes shared by the index and the agent's checkpoints."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def atomic_write(path, data: bytes) -> None:
+  """Writes `data` to `path` so that readers see either the old file or all of the new one.
+
+  The bytes go to a temporary file in the same folder, are flushed to disk, and replace
+  `path` with one `os.replace`; the folder is then synced so the rename itself is durable.
+  A failure leaves `path` untouched and removes the temporary file."""
+  path = os.fspath(path)
+  folder = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+  try:
+    dfd = os.open(folder, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(dfd)
+  except OSError:
+    pass
+  finally:
+    os.close(dfd)
