@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
+
+import numpy as np
 
 
 def atomic_write(path, data: bytes) -> None:
@@ -35,3 +38,10 @@ def atomic_write(path, data: bytes) -> None:
     pass
   finally:
     os.close(dfd)
+
+
+def atomic_savez(path, **arrays) -> None:
+  """`np.savez` to `path` through `atomic_write` (the archive is built in memory first)."""
+  buf = io.BytesIO()
+  np.savez(buf, **arrays)
+  atomic_write(path, buf.getvalue())

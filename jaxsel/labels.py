@@ -21,7 +21,6 @@ import functools
 import itertools
 import json
 import os
-import tempfile
 from typing import Callable, Dict, Optional, Sequence
 
 import jax
@@ -29,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsel import evaluation
+from jaxsel._io import atomic_write
 from jaxsel.objectives import facility_location, saturated_coverage
 from jaxsel.qa import QAExample, QAFeatures
 from jaxsel.scorers import link_scorer, objective_scorer, relevance_scorer
@@ -308,15 +308,5 @@ def read_labels(path: str) -> list:
 
 def write_labels(path: str, rows: Sequence[dict]) -> None:
   """Writes all label rows to `path` atomically (temp file + rename)."""
-  d = os.path.dirname(os.path.abspath(path))
-  os.makedirs(d, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=d, prefix=".labels-", suffix=".jsonl")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      for r in rows:
-        f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))

@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from jaxsel._io import atomic_savez
 from jaxsel.scorers import title_links
 
 
@@ -103,6 +104,17 @@ def split_by_id(examples: Sequence[QAExample], *, n_train: int, seed: int = 0):
   return ([e for e in examples if e.id in train_ids], [e for e in examples if e.id not in train_ids])
 
 
+def load_split(path: str, *, split: str, n_train: int, seed: int = 0,
+               limit: Optional[int] = None) -> list:
+  """Loads `path` and keeps the `"train"` or `"held_out"` part of `split_by_id` (`"all"`:
+  everything), then the first `limit` questions. What the training scripts share."""
+  examples = load_qa_jsonl(path)
+  if split != "all":
+    train, held = split_by_id(examples, n_train=min(n_train, len(examples)), seed=seed)
+    examples = train if split == "train" else held
+  return examples if limit is None else examples[:limit]
+
+
 class QAFeatures(NamedTuple):
   """Per-question arrays, padded to N passages (`valid` marks real ones). `[Q]` leading axis
   for a batch of questions."""
@@ -168,9 +180,7 @@ def take(features: QAFeatures, idx) -> QAFeatures:
 
 def save_features(path: str, features: QAFeatures, ids: Sequence[str], *, meta: Optional[dict] = None) -> None:
   """Saves features with their question ids to an `.npz` (atomically)."""
-  tmp = path + ".tmp.npz"
-  np.savez(tmp, ids=np.asarray(list(ids)), meta=json.dumps(meta or {}), **features._asdict())
-  os.replace(tmp, path)
+  atomic_savez(path, ids=np.asarray(list(ids)), meta=json.dumps(meta or {}), **features._asdict())
 
 
 def load_features(path: str):

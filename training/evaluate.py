@@ -94,23 +94,18 @@ def write_section(path: str, section: str) -> None:
     nxt = text.find("\n## ", start + len(SECTION))
     end = len(text) if nxt < 0 else nxt + 1
     text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + text[end:] if nxt >= 0 else "")
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(tmp, path)
+  from jaxsel._io import atomic_write
+  atomic_write(path, text.encode("utf-8"))
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
   from jaxsel import qa, qa_eval
+  from jaxsel._io import atomic_write
   from jaxsel.agent import load_agent
 
-  examples = qa.load_qa_jsonl(args.data)
-  if args.split != "all":
-    train, held = qa.split_by_id(examples, n_train=min(args.n_train, len(examples)), seed=args.split_seed)
-    examples = train if args.split == "train" else held
-  if args.limit is not None:
-    examples = examples[:args.limit]
+  examples = qa.load_split(args.data, split=args.split, n_train=args.n_train, seed=args.split_seed,
+                           limit=args.limit)
   n_max = max(len(e.passages) for e in examples)
   cache = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
   feats = cache.get(examples) if cache is not None else None
@@ -149,9 +144,7 @@ def main(argv=None) -> int:
             "agent": args.agent if agent is not None else None, "seconds": time.time() - t0,
             "results": {str(b): r for b, r in results.items()}}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out + ".tmp", "w") as f:
-    json.dump(report, f, indent=2)
-  os.replace(args.out + ".tmp", args.out)
+  atomic_write(args.out, json.dumps(report, indent=2).encode("utf-8"))
   cmd = "python training/evaluate.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
   table = markdown_table(results, n_questions=len(examples), command=cmd.strip())
   print(table)

@@ -69,14 +69,11 @@ def main(argv=None) -> int:
   args = parse_args(argv)
   from jaxsel import labels as L
   from jaxsel import qa
+  from jaxsel._io import atomic_savez
   from jaxsel.encoders import load_encoder
 
-  examples = qa.load_qa_jsonl(args.data)
-  if args.split != "all":
-    train, held = qa.split_by_id(examples, n_train=min(args.n_train, len(examples)), seed=args.split_seed)
-    examples = train if args.split == "train" else held
-  if args.limit is not None:
-    examples = examples[:args.limit]
+  examples = qa.load_split(args.data, split=args.split, n_train=args.n_train, seed=args.split_seed,
+                           limit=args.limit)
   scorers = [s for s in args.scorers.split(",") if s]
   builders = dict(L.SCORERS)
   model_scorers = [s for s in scorers if s in ("embedding", "cross_encoder")]
@@ -137,9 +134,7 @@ def main(argv=None) -> int:
                    "embedding": {"file": os.path.basename(emb_path), "key": e.id}, "run": run})
     rows = L.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
     # Embeddings first: a label row never references a missing embedding.
-    tmp = emb_path + ".tmp.npz"
-    np.savez(tmp, **emb)
-    os.replace(tmp, emb_path)
+    atomic_savez(emb_path, **emb)
     L.write_labels(args.out, rows)
     print(f"labelled {min(s + args.chunk, len(todo))}/{len(todo)} ({time.time() - t0:.0f}s)", file=sys.stderr)
   if rows:  # re-finalise (e.g. with another --tie-tolerance) without sweeping again

@@ -75,6 +75,7 @@ def load_labelled(path: str, *, use_all: bool = False):
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  from jaxsel._io import atomic_write
   from jaxsel.agent import AgentConfig, save_agent
   from jaxsel.agent_training import TrainConfig, make_dataset, split_dataset, train_agent
 
@@ -109,9 +110,7 @@ def main(argv=None) -> int:
              "history": res.history}
   save_agent(res.agent, args.out, metadata={"labels": os.path.abspath(args.labels), "metrics": metrics})
   mpath = args.metrics or os.path.join(args.out, "metrics.json")
-  with open(mpath + ".tmp", "w") as f:
-    json.dump(metrics, f, indent=2)
-  os.replace(mpath + ".tmp", mpath)
+  atomic_write(mpath, json.dumps(metrics, indent=2).encode("utf-8"))
   print(json.dumps(metrics, indent=2))
   return 0
 
