@@ -44,8 +44,18 @@ class Scorer:
   """Mixin of every scorer: arithmetic that builds `WeightedSum`s.
 
   Subclasses define `__call__(order [T] int32) -> []` and `num_candidates` (N, or None
-  when the scorer does not index chunk arrays).
+  when the scorer does not index chunk arrays), and may define `append_gains`.
   """
+
+  def append_gains(self, order: Array) -> Optional[Array]:
+    """What appending each chunk adds: `[N]`, entry j = `self(order + [j]) − self(order)`
+    (meaningless for a j already in `order`), or None when the scorer has no such shortcut.
+
+    `order` `[T]` holds its chunks first, `-1` after the last one, and has room for one more.
+    The search scores a node's N children with one call of this, O(T·N) for the pairwise and
+    link scorers, instead of N full calls, O(N·T²); None makes it score every child in full.
+    """
+    return None
 
   def _terms(self):
     return [(jnp.asarray(1.0, jnp.float32), self)]
@@ -89,6 +99,12 @@ class WeightedSum(Scorer):
     vals = jnp.stack([t(order) for t in self.terms], axis=-1)
     return jnp.sum(self.weights * vals, axis=-1)
 
+  def append_gains(self, order: Array) -> Optional[Array]:
+    gains = [t.append_gains(order) for t in self.terms]
+    if any(g is None for g in gains):
+      return None
+    return jnp.sum(self.weights * jnp.stack(gains, axis=-1), axis=-1)
+
 
 def _combine(terms) -> WeightedSum:
   ns = {s.num_candidates for _, s in terms} - {None}
@@ -124,6 +140,11 @@ def _safe(order: Array):
 
 def _discounts(discount, d: int, dtype=jnp.float32) -> Array:
   return jnp.asarray(discount, dtype) ** jnp.arange(d, dtype=dtype)
+
+
+def _discount_at(discount, used: Array, dtype=jnp.float32) -> Array:
+  """The weight `discount^t` of the position `t` after the chunks of `used` `[T]`."""
+  return jnp.asarray(discount, dtype) ** jnp.sum(used).astype(dtype)
 
 
 def _check_n(n_expected, arr, name, axis=-1):
@@ -162,6 +183,19 @@ class ObjectiveScorer(Scorer):
     v0 = self.objective.state_value(s0)
     (_, _, total), _ = lax.scan(step, (s0, v0, jnp.zeros((), v0.dtype)), (idx, used, w))
     return total
+
+  def append_gains(self, order: Array) -> Optional[Array]:
+    if not hasattr(self.objective, "gains"):
+      return None
+    used, idx = _safe(order)
+
+    def step(state, x):
+      j, u = x
+      return jax.tree.map(lambda a, b: jnp.where(u, a, b), self.objective.update(state, j), state), None
+
+    state, _ = lax.scan(step, self.objective.init(), (idx, used))
+    gains = self.objective.gains(state)
+    return _discount_at(self.discount, used, gains.dtype) * gains
 
 
 def objective_scorer(objective, *, discount: float = 1.0) -> ObjectiveScorer:
@@ -203,6 +237,13 @@ class PairwiseScorer(Scorer):
       before = jnp.triu(jnp.ones((d, d), bool), k=1) & used[:, None] & used[None, :]
       total = total + jnp.sum(jnp.where(before, p, 0))
     return total
+
+  def append_gains(self, order: Array) -> Array:
+    used, idx = _safe(order)
+    gains = _discount_at(self.discount, used, self.unary.dtype) * self.unary
+    if self.pairwise is not None:
+      gains = gains + jnp.sum(jnp.where(used[:, None], self.pairwise[idx], 0), axis=0)  # [T, N] rows
+    return gains
 
 
 def pairwise_scorer(pairwise=None, *, unary=None, discount: float = 1.0) -> PairwiseScorer:
@@ -259,6 +300,11 @@ class LinkScorer(Scorer):
     before = jnp.triu(jnp.ones((d, d), bool), k=1) & used[:, None] & used[None, :]
     bonus = jnp.max(jnp.where(before, p, 0), axis=0, initial=0)
     return jnp.sum(bonus)
+
+  def append_gains(self, order: Array) -> Array:
+    used, idx = _safe(order)
+    p = self.link[idx] * self.source[idx][:, None]  # [T, N]: from each chunk read so far
+    return jnp.max(jnp.where(used[:, None], p, 0), axis=0, initial=0)
 
 
 def link_scorer(link, *, source=None) -> LinkScorer:

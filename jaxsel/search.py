@@ -10,7 +10,10 @@ root; a child appends one unused chunk to its parent's order. Every iteration
    until it reaches a node that has not been expanded;
 2. expands that leaf with **all** its children (every unused valid chunk whose cost still fits
    the budget B), scoring them in **one** batched scorer call; each child starts with one
-   visit and its own value;
+   visit and its own value. A scorer with `append_gains` (the pairwise, link, objective
+   scorers and their weighted sums) gives the children's values as the leaf's value plus the
+   gain of appending each chunk, O(T·N) instead of N full calls, O(N·T²); the tree's values
+   then equal `scorer(order)` up to float rounding (sums in another order);
 3. backs a reward up the path to the root: every node on it gains one visit and the reward,
    the best child's value (`backup="max"`, the paper's rule) or the mean of the children's
    values (`backup="mean"`, a smoother estimate when values are noisy).
@@ -155,31 +158,59 @@ def _can_grow(used: Array, cost: Array, costs: Array, valid: Array, budget: Arra
   return jnp.any(valid & ~used & (cost[..., None] + costs <= budget), axis=-1)
 
 
+def _block(arr: Array, first: Array, n: int) -> Array:
+  """The children block `arr[first : first + N]` of `arr` `[M]` (one contiguous slice, also
+  under `vmap`; `first = -1` reads block 0, which the caller masks)."""
+  return lax.dynamic_slice(arr, (first,), (n,))
+
+
+def _children_values(scorer, order: Array, leaf_value: Array, depth: Array, n: int) -> Array:
+  """Values `[N]` of the leaf's `order` `[T]` with each chunk appended at position `depth`.
+
+  A scorer with `append_gains` (see `jaxsel.scorers.Scorer`) gives them as the leaf's value
+  plus the gains, O(T·N); any other scorer scores the N child orders in one vmapped call.
+  """
+  gains = getattr(scorer, "append_gains", None)
+  gains = gains(order) if gains is not None else None
+  if gains is not None:
+    return leaf_value + gains.astype(jnp.float32)
+  ar = jnp.arange(n, dtype=jnp.int32)
+  orders = jnp.where(jnp.arange(order.shape[0])[None, :] == depth, ar[:, None], order[None, :])  # [N, T]
+  return _score_all(scorer, orders)
+
+
 def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup):
   n = costs.shape[0]
+  m = tree.visits.shape[0]
   active = ~tree.exhausted[0]  # once the whole tree is built, iterations change nothing
   ar = jnp.arange(n, dtype=jnp.int32)
+  levels = jnp.arange(d + 1, dtype=jnp.int32)
 
   # 1. Descent: highest utility among the non-exhausted children, until an unexpanded node.
-  def dbody(c):
-    node, order, used, path, k = c
-    kids = tree.first_child[node] + ar
-    u = _utility(tree.value_sum[kids], tree.visits[kids], tree.visits[node], tree.cost[kids],
-                 exploration, cost_penalty, budget)
-    u = jnp.where(tree.exists[kids] & ~tree.exhausted[kids], u, -jnp.inf)
-    j = jnp.argmax(u).astype(jnp.int32)
-    return kids[j], order.at[k].set(j), used.at[j].set(True), path.at[k + 1].set(kids[j]), k + 1
+  # Position writes are one-hot selects (the level is per query under `vmap`, where a scatter
+  # would cost more). `others_done[k]`: every child of the level-k node other than the chosen
+  # one is exhausted (the backup needs it; the expansion does not change those children).
+  def descend(c):
+    node, order, used, path, others_done, k = c
+    first = tree.first_child[node]
+    u = _utility(_block(tree.value_sum, first, n), _block(tree.visits, first, n), tree.visits[node],
+                 _block(tree.cost, first, n), exploration, cost_penalty, budget)
+    open_ = _block(tree.exists, first, n) & ~_block(tree.exhausted, first, n)
+    j = jnp.argmax(jnp.where(open_, u, -jnp.inf)).astype(jnp.int32)
+    child = first + j
+    return (child, jnp.where(levels[:d] == k, j, order), used | (ar == j),
+            jnp.where(levels == k + 1, child, path),
+            jnp.where(levels == k, jnp.all(~open_ | (ar == j)), others_done), k + 1)
 
-  path0 = jnp.full((d + 1,), UNUSED, jnp.int32).at[0].set(0)
-  init = (jnp.zeros((), jnp.int32), _empty_order(d), jnp.zeros((n,), bool), path0, jnp.zeros((), jnp.int32))
-  leaf, order, used, path, depth = lax.while_loop(
-      lambda c: tree.first_child[c[0]] >= 0, dbody, init)
+  init = (jnp.zeros((), jnp.int32), _empty_order(d), jnp.zeros((n,), bool),
+          jnp.where(levels == 0, 0, UNUSED), jnp.ones((d + 1,), bool), jnp.zeros((), jnp.int32))
+  leaf, order, used, path, others_done, depth = lax.while_loop(
+      lambda c: tree.first_child[c[0]] >= 0, descend, init)
 
   # 2. Expansion: all fitting children, one batched scorer call.
   child_cost = tree.cost[leaf] + costs  # [N]
   fits = valid & ~used & (child_cost <= budget) & active
-  orders = jnp.where(jnp.arange(d)[None, :] == depth, ar[:, None], order[None, :])  # [N, T]
-  vals = _score_all(scorer, orders)
+  vals = _children_values(scorer, order, tree.value[leaf], depth, n)
   child_used = used[None, :] | jnp.eye(n, dtype=bool)
   terminal = (depth + 1 >= d) | ~_can_grow(child_used, child_cost, costs, valid, budget)
   # Block `i` belongs to iteration `i`: the index is the (unbatched) loop counter, so under
@@ -202,28 +233,20 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
       first_child=tree.first_child.at[leaf].set(jnp.where(active, start, tree.first_child[leaf])),
       num_expanded=tree.num_expanded + active.astype(jnp.int32))
 
-  # 3. Backup along the path (`path` holds the root … leaf, -1 after the leaf).
+  # 3. Backup along the path (`path` holds the root … leaf, -1 after the leaf): at most T + 1
+  # nodes, so a scatter beats a mask over all M nodes.
   if backup == "max":
     reward = jnp.max(jnp.where(fits, vals, -jnp.inf))
   else:
     reward = jnp.sum(jnp.where(fits, vals, 0)) / jnp.maximum(jnp.sum(fits), 1)
-  on_path = path >= 0
-  m = tree.visits.shape[0]
-  dst = jnp.where(on_path & active, path, m)  # out of range: dropped
-  tree = tree.replace(visits=tree.visits.at[dst].add(1, mode="drop"),
-                      value_sum=tree.value_sum.at[dst].add(reward, mode="drop"))
-
-  # Exhaustion: a path node is done when every child is, which for an ancestor means the next
-  # node on the path is newly done and its other children were done already.
-  safe = jnp.where(on_path, path, 0)
-  kids = tree.first_child[safe][:, None] + ar[None, :]  # [T+1, N]
-  kids = jnp.clip(kids, 0, m - 1)
-  kid_done = ~tree.exists[kids] | tree.exhausted[kids]
-  nxt = jnp.concatenate([path[1:], jnp.full((1,), UNUSED, jnp.int32)])
-  others_done = jnp.all(kid_done | (kids == nxt[:, None]), axis=-1) | ~on_path
+  dst = jnp.where((path >= 0) & active, path, m)  # out of range: dropped
+  # Exhaustion: a path node is done when all its children are: for the leaf, the new ones;
+  # for an ancestor, the next path node (newly done) and the others (done already).
+  others_done = jnp.where(levels == depth, jnp.all(~fits | terminal), others_done)
   done = jnp.flip(jnp.cumprod(jnp.flip(others_done).astype(jnp.int32))).astype(bool)
-  tree = tree.replace(exhausted=tree.exhausted.at[dst].set(done, mode="drop"))
-  return tree
+  return tree.replace(visits=tree.visits.at[dst].add(1, mode="drop"),
+                      value_sum=tree.value_sum.at[dst].add(reward, mode="drop"),
+                      exhausted=tree.exhausted.at[dst].set(done, mode="drop"))
 
 
 @functools.partial(jax.jit, static_argnames=("iterations", "max_depth", "backup"))

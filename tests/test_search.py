@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 import jaxsel
 from jaxsel import scorers
@@ -166,6 +167,28 @@ def test_backup_mean_and_per_query_settings(batch):
   t = _take(batch[4].tree, 0)
   assert float(t.value_sum[0]) >= float(t.value[0]) + int(t.num_expanded) * float(
       np.min(np.where(np.asarray(t.exists), np.asarray(t.value), np.inf))) - 1e-4
+
+
+def test_incremental_scoring_gives_the_same_search(batch):
+  """The `append_gains` shortcut and full scoring of every child build the same tree."""
+  sc, costs, budget, valid, res, _, _ = batch
+
+  @struct.dataclass
+  class Opaque:  # the same scorer without `append_gains`
+    inner: scorers.Scorer
+
+    def __call__(self, order):
+      return self.inner(order)
+
+  full = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.corag_search(
+      Opaque(s), c, budget=b, iterations=ITERS, max_depth=DEPTH, valid=v)))(sc, costs, budget, valid)
+  np.testing.assert_array_equal(full.order, res.order)
+  np.testing.assert_allclose(full.value, res.value, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(full.tree.visits, res.tree.visits)
+  np.testing.assert_array_equal(full.tree.exists, res.tree.exists)
+  both = np.asarray(res.tree.exists)
+  np.testing.assert_allclose(np.asarray(full.tree.value)[both], np.asarray(res.tree.value)[both],
+                             rtol=1e-5, atol=1e-5)
 
 
 def test_empty_result_when_nothing_fits():
