@@ -16,21 +16,47 @@ def is_concrete(x) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
 
-def as_float_array(x, name: str) -> jax.Array:
+def _check_number_dtype(dtype, name: str) -> None:
+  if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_):
+    raise TypeError(f"`{name}` must hold real numbers, got dtype {dtype}.")
+
+
+def _reject_non_arrays(x, name: str) -> None:
   if x is None:
     raise TypeError(f"`{name}` is None; pass an array.")
   if isinstance(x, (str, bytes)):
     raise TypeError(f"`{name}` must be an array of numbers, got {type(x).__name__}.")
+
+
+def as_float_array(x, name: str) -> jax.Array:
+  _reject_non_arrays(x, name)
   try:
     arr = jnp.asarray(x)
   except TypeError as e:
     raise TypeError(f"`{name}` must be an array of numbers: {e}") from None
-  if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)
-          or arr.dtype == jnp.bool_):
-    raise TypeError(f"`{name}` must hold real numbers, got dtype {arr.dtype}.")
+  _check_number_dtype(arr.dtype, name)
   if not jnp.issubdtype(arr.dtype, jnp.floating):
     arr = arr.astype(jnp.float32)
   return arr
+
+
+def host_float_dtype(x: np.ndarray, name: str) -> np.dtype:
+  """The float dtype a host (NumPy) array becomes on the device, as `as_float_array` would
+  make it (float64 stays float64 only with `jax_enable_x64`), without copying it."""
+  _reject_non_arrays(x, name)
+  _check_number_dtype(x.dtype, name)
+  dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else np.dtype(np.float32)
+  return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
+  """An uninitialised host array whose data starts on an `align`-byte boundary: `jax.device_put`
+  of such an array on the CPU backend shares its memory instead of copying it."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = np.empty(nbytes + align, np.uint8)
+  start = (-raw.ctypes.data) % align
+  return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def _min_max_ok(x, low=-np.inf) -> bool:

@@ -75,6 +75,27 @@ def test_relevance_vector_is_one_query_and_none_is_coverage():
   np.testing.assert_allclose(jaxsel.facility_location(sim).value(mask), jaxsel.coverage(sim).value(mask))
 
 
+@pytest.mark.parametrize("shape", [(7, 7), (3, 9, 9), (1030, 1030)])
+def test_numpy_input_is_transposed_on_the_host_exactly(shape):
+  """NumPy similarities take the host path (tiled transpose, zero-copy `device_put`); it must
+  give the same objective as a device array, masks and float64 inputs included."""
+  rng = np.random.default_rng(shape[-1])
+  sim = rng.random(shape)  # float64
+  valid = rng.random(shape[:-1]) > 0.3
+  rel = rng.random(shape[:-2] + (2, shape[-1]))
+  for mask in (None, valid):
+    for kind in ("fl", "sc"):
+      build = (lambda s, v: jaxsel.facility_location(s, rel, valid=v)) if kind == "fl" else \
+          (lambda s, v: jaxsel.saturated_coverage(s, rel, valid=v))
+      host = build(sim, mask)
+      dev = build(jnp.asarray(sim), None if mask is None else jnp.asarray(mask))
+      assert host.sim_t.dtype == dev.sim_t.dtype == jnp.float32
+      np.testing.assert_array_equal(np.asarray(host.sim_t), np.asarray(dev.sim_t))
+      np.testing.assert_array_equal(np.asarray(host.relevance), np.asarray(dev.relevance))
+  with pytest.raises(ValueError, match="NaN or infinite"):
+    jaxsel.coverage(np.array([[1e300, 0.0], [0.0, 1.0]]))  # finite in float64, inf in float32
+
+
 def test_objectives_pass_through_vmap_with_leading_axis():
   sims = np.stack([_instance(6, seed=s)[0] for s in range(3)])
   objs = jaxsel.coverage(sims)  # a batch of objectives: every leaf has a leading [3]
