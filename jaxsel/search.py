@@ -7,7 +7,10 @@ root; a child appends one unused chunk to its parent's order. Every iteration
 
 1. descends from the root, at each node to the child of highest utility
    `U(v) = V(v)/N(v) + c · sqrt(ln N(parent) / N(v)) − λ · cost(v)/B`,
-   until it reaches a node that has not been expanded;
+   until it reaches a node that has not been expanded. With `normalize=True`, `V(v)/N(v)` is
+   first mapped from [lowest, highest value of any node in the tree] to [0, 1] (the min–max
+   normalisation of MuZero / `mctx`), the value scale UCT assumes, so that c and λ weigh the
+   same against it whatever the scorer's units;
 2. expands that leaf with **all** its children (every unused valid chunk whose cost still fits
    the budget B), scoring them in **one** batched scorer call; each child starts with one
    visit and its own value. A scorer with `append_gains` (the pairwise, link, objective
@@ -66,6 +69,8 @@ class Tree:
   exists: Array  # [M] bool
   first_child: Array  # [M] int32 start of the node's children block, -1 if not expanded
   exhausted: Array  # [M] bool the node's subtree is fully built
+  value_min: Array  # [] float32 lowest value of any node (for `normalize`)
+  value_max: Array  # [] float32 highest value of any node
   num_expanded: Array  # [] int32 iterations that expanded a node
   num_candidates: int = struct.field(pytree_node=False)
 
@@ -146,11 +151,18 @@ def _empty_order(d: int) -> Array:
 # ----------------------------------------------------------------------------- the search
 
 
-def _utility(value_sum, visits, parent_visits, cost, exploration, cost_penalty, budget):
+def _utility(value_sum, visits, parent_visits, cost, exploration, cost_penalty, budget,
+             value_range=None):
+  """U of nodes; `value_range = (lo, hi)` rescales V/N from [lo, hi] to [0, 1] (`normalize`)."""
   n = jnp.maximum(visits, 1).astype(jnp.float32)
   explore = jnp.sqrt(jnp.log(jnp.maximum(parent_visits, 1).astype(jnp.float32)) / n)
   penalty = jnp.where(budget > 0, cost / jnp.where(budget > 0, budget, 1), 0)
-  return value_sum / n + exploration * explore - cost_penalty * penalty
+  q = value_sum / n
+  if value_range is not None:
+    lo, hi = value_range
+    spread = hi - lo
+    q = jnp.where(spread > 0, (q - lo) / jnp.where(spread > 0, spread, 1), 0)
+  return q + exploration * explore - cost_penalty * penalty
 
 
 def _can_grow(used: Array, cost: Array, costs: Array, valid: Array, budget: Array) -> Array:
@@ -179,12 +191,14 @@ def _children_values(scorer, order: Array, leaf_value: Array, depth: Array, n: i
   return _score_all(scorer, orders)
 
 
-def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup):
+def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup,
+               normalize):
   n = costs.shape[0]
   m = tree.visits.shape[0]
   active = ~tree.exhausted[0]  # once the whole tree is built, iterations change nothing
   ar = jnp.arange(n, dtype=jnp.int32)
   levels = jnp.arange(d + 1, dtype=jnp.int32)
+  value_range = (tree.value_min, tree.value_max) if normalize else None
 
   # 1. Descent: highest utility among the non-exhausted children, until an unexpanded node.
   # Position writes are one-hot selects (the level is per query under `vmap`, where a scatter
@@ -194,7 +208,7 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
     node, order, used, path, others_done, k = c
     first = tree.first_child[node]
     u = _utility(_block(tree.value_sum, first, n), _block(tree.visits, first, n), tree.visits[node],
-                 _block(tree.cost, first, n), exploration, cost_penalty, budget)
+                 _block(tree.cost, first, n), exploration, cost_penalty, budget, value_range)
     open_ = _block(tree.exists, first, n) & ~_block(tree.exhausted, first, n)
     j = jnp.argmax(jnp.where(open_, u, -jnp.inf)).astype(jnp.int32)
     child = first + j
@@ -230,6 +244,8 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
       cost=put(tree.cost, child_cost),
       exists=put(tree.exists, fits),
       exhausted=put(tree.exhausted, terminal | ~fits),
+      value_min=jnp.minimum(tree.value_min, jnp.min(jnp.where(fits, vals, jnp.inf))),
+      value_max=jnp.maximum(tree.value_max, jnp.max(jnp.where(fits, vals, -jnp.inf))),
       first_child=tree.first_child.at[leaf].set(jnp.where(active, start, tree.first_child[leaf])),
       num_expanded=tree.num_expanded + active.astype(jnp.int32))
 
@@ -249,8 +265,9 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
                       exhausted=tree.exhausted.at[dst].set(done, mode="drop"))
 
 
-@functools.partial(jax.jit, static_argnames=("iterations", "max_depth", "backup"))
-def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iterations, max_depth, backup):
+@functools.partial(jax.jit, static_argnames=("iterations", "max_depth", "backup", "normalize"))
+def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iterations, max_depth, backup,
+            normalize):
   n = costs.shape[0]
   d = max_depth
   m = 1 + iterations * n
@@ -267,11 +284,14 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
       exists=jnp.zeros((m,), bool).at[0].set(True),
       first_child=jnp.full((m,), UNUSED, jnp.int32),
       exhausted=jnp.zeros((m,), bool).at[0].set(root_done),
+      value_min=root_value,
+      value_max=root_value,
       num_expanded=jnp.zeros((), jnp.int32),
       num_candidates=n)
 
   step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,
-                           exploration=exploration, cost_penalty=cost_penalty, d=d, backup=backup)
+                           exploration=exploration, cost_penalty=cost_penalty, d=d, backup=backup,
+                           normalize=normalize)
   tree = lax.fori_loop(0, iterations, step, tree)
 
   # The answer: the best non-root node (the root only when nothing was created).
@@ -287,13 +307,15 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
   order, _ = lax.fori_loop(0, d, walk, (_empty_order(d), best))
   parent_visits = jnp.where(best > 0, tree.visits[jnp.maximum(tree.parent[best], 0)], 1)
   utility = _utility(tree.value_sum[best], tree.visits[best], parent_visits, tree.cost[best],
-                     exploration, cost_penalty, budget)
+                     exploration, cost_penalty, budget,
+                     (tree.value_min, tree.value_max) if normalize else None)
   return SearchResult(order=order, length=tree.depth[best], value=tree.value[best],
                       cost=tree.cost[best], utility=utility, tree=tree)
 
 
 def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
-                 max_depth: Optional[int] = None, valid=None, backup: str = "max") -> SearchResult:
+                 max_depth: Optional[int] = None, valid=None, backup: str = "max",
+                 normalize: bool = False) -> SearchResult:
   """CORAG tree search for the best ordered combination of chunks within a token budget.
 
   Args:
@@ -312,6 +334,10 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
     valid: bool `[N]`; invalid (padded) chunks are never used.
     backup: ``"max"`` (default; the paper: every node on the path receives the best new
       child's value) or ``"mean"`` (the mean of the new children's values).
+    normalize: rescale `V(v)/N(v)` in the utility to [0, 1] by the lowest and highest value of
+      any node in the tree so far (static; default False, the paper's raw values). Then c and
+      λ mean the same for any scorer scale (a cross-encoder's logits or a cosine); c ≈ 0.5
+      suits 5–25 iterations (the paper's c ≈ 2.4 explores breadth-first on [0, 1] values).
 
   Returns:
     `SearchResult(order [T], length, value, cost, utility, tree)`.
@@ -320,6 +346,8 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
   iterations = _static_int(iterations, "iterations", 1)
   if backup not in BACKUPS:
     raise ValueError(f"Unknown `backup` {backup!r}; use one of {', '.join(map(repr, BACKUPS))}.")
+  if not isinstance(normalize, (bool, np.bool_)):
+    raise TypeError(f"`normalize` must be a Python bool (it is static), got {normalize!r}.")
   exploration = _checks.as_float_array(exploration, "exploration").astype(jnp.float32)
   cost_penalty = _checks.as_float_array(cost_penalty, "cost_penalty").astype(jnp.float32)
   for x, name in ((exploration, "exploration"), (cost_penalty, "cost_penalty")):
@@ -327,4 +355,4 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
     _checks.check_finite(x, name)
   return _search(scorer, costs, budget, valid, exploration, cost_penalty,
-                 iterations=iterations, max_depth=max_depth, backup=backup)
+                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=bool(normalize))

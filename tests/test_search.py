@@ -191,6 +191,34 @@ def test_incremental_scoring_gives_the_same_search(batch):
                              rtol=1e-5, atol=1e-5)
 
 
+def test_normalize_makes_the_search_scale_free(batch):
+  """With `normalize=True` the tree depends on the scorer only up to scale: scaling the values
+  by a power of two (exact in float) leaves every visit count unchanged; raw values do not."""
+  sc, costs, budget, valid, _, exact, _ = batch
+
+  def run(scale, normalize, c):
+    return jax.jit(jax.vmap(lambda s, co, b, v: jaxsel.corag_search(
+        scale * s, co, budget=b, iterations=ITERS, max_depth=DEPTH, valid=v, exploration=c,
+        normalize=normalize)))(sc, costs, budget, valid)
+
+  one = run(1.0, True, 0.5)
+  for scale in (0.125, 16.0):
+    other = run(scale, True, 0.5)
+    np.testing.assert_array_equal(other.order, one.order)
+    np.testing.assert_array_equal(other.tree.visits, one.tree.visits)
+    np.testing.assert_allclose(other.value, scale * np.asarray(one.value), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(other.utility, one.utility, rtol=1e-4, atol=1e-5)
+  raw = [run(scale, False, 0.5).tree.visits for scale in (0.125, 16.0)]
+  assert not np.array_equal(raw[0], raw[1])
+  # Still the optimum on most instances, never above it.
+  found, opt = np.asarray(one.value), np.asarray(exact.value)
+  assert (found <= opt + 1e-5).all() and np.isclose(found, opt, atol=1e-5).mean() >= 0.9
+  # The range it normalises by: the lowest and highest value of any node.
+  t = _take(one.tree, 0)
+  vals = np.asarray(t.value)[np.asarray(t.exists)]
+  assert float(t.value_min) == vals.min() and float(t.value_max) == vals.max()
+
+
 def test_empty_result_when_nothing_fits():
   sc = scorers.relevance_scorer(jnp.array([1.0, 2.0, 3.0]))
   res = jaxsel.corag_search(sc, jnp.array([5.0, 6.0, 7.0]), budget=4.0, iterations=3)
@@ -221,6 +249,7 @@ def test_zero_cost_chunks_and_max_depth_one():
     (dict(max_depth=0), ValueError, "max_depth"),
     (dict(valid=[True, False]), ValueError, "valid"),
     (dict(backup="sum"), ValueError, "backup"),
+    (dict(normalize="yes"), TypeError, "normalize"),
     (dict(scorer="nope"), TypeError, "scorer"),
 ])
 def test_bad_input(kwargs, err, match):
