@@ -27,6 +27,7 @@ UNSELECTED = -1
 METHODS = ("dense", "lazy", "stochastic")
 _SLACK = 1e-5  # relative; far above float32 reordering error, far below real gaps
 _WINDOW_ROUNDS = 8  # lazy rounds per top_k window
+_LAZY_MIN_N = 256  # with the default block, lazy greedy on at most this many candidates takes dense steps
 
 
 class Selection(NamedTuple):
@@ -251,7 +252,9 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     key: PRNG key, required for ``"stochastic"``.
     epsilon: stochastic greedy's accuracy parameter, in (0, 1).
     block: candidates re-evaluated per lazy round (static; default `clip(N // 16, 4, 32)`,
-      at most N: small problems, typically batched with `vmap`, want small rounds).
+      at most N). With the default, ``"lazy"`` on at most 256 candidates takes dense steps
+      (the same picks; below that size, and above all under `vmap`, the lazy bookkeeping costs
+      more than the gain evaluations it saves); pass `block` to force lazy rounds.
 
   Returns:
     `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`.
@@ -293,6 +296,10 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
       raise ValueError(f"`epsilon` must lie in (0, 1), got {epsilon}.")
   if block is None:
     block = min(n, max(4, min(32, n // 16)))
+    if method == "lazy" and n <= _LAZY_MIN_N:
+      # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
+      # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
+      method = "dense"
   elif not isinstance(block, int) or not 1 <= block <= max(n, 1):
     raise ValueError(f"`block` must be an int in [1, N={n}], got {block!r}.")
   sample = max(1, min(n, math.ceil(n / max(k, 1) * math.log(1 / epsilon))))

@@ -13,9 +13,18 @@ import reference as ref
 from test_objectives import KINDS, _instance, _make
 
 E = 1 - 1 / math.e
+# "lazy" on at most 256 candidates takes dense steps unless `block` is given; "lazy-rounds"
+# forces the lazy rounds on these small instances so that machinery stays tested.
+METHODS = ["dense", "lazy", "lazy-rounds"]
 
 
-@pytest.mark.parametrize("method", ["dense", "lazy"])
+def _greedy(obj, method, **kw):
+  if method == "lazy-rounds":
+    return jaxsel.greedy(obj, method="lazy", block=min(2, obj.num_candidates), **kw)
+  return jaxsel.greedy(obj, method=method, **kw)
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("n", [1, 2, 5, 50])
 def test_greedy_equals_bruteforce(method, kind, n):
@@ -23,7 +32,7 @@ def test_greedy_equals_bruteforce(method, kind, n):
   obj, f = _make(kind, sim, rel, valid)
   k = min(n, 8)
   picks, gains, values = ref.greedy(f, n, k, valid=valid)
-  sel = jaxsel.greedy(obj, k=k, method=method)
+  sel = _greedy(obj, method, k=k)
   assert int(sel.count) == len(picks)
   np.testing.assert_array_equal(sel.indices[: len(picks)], picks)
   assert (np.asarray(sel.indices[len(picks):]) == jaxsel.UNSELECTED).all()
@@ -36,7 +45,7 @@ def test_dense_equals_lazy_on_300(kind):
   sim, rel, valid = _instance(300, q=2, d=12, seed=5, pad=20)
   obj, f = _make(kind, sim, rel, valid)
   dense = jaxsel.greedy(obj, k=60, method="dense")
-  for block in (1, 7, 32):
+  for block in (None, 1, 7, 32):  # None: the default block, lazy rounds above 256 candidates
     lazy = jaxsel.greedy(obj, k=60, method="lazy", block=block)
     np.testing.assert_array_equal(lazy.indices, dense.indices)
     # blocks of another size may sum in another order: last-bit differences only
@@ -89,8 +98,8 @@ def test_budget_never_exceeded_and_guarantee(seed):
   budget = float(rng.integers(5, 20))
   obj = jaxsel.facility_location(sim, rel)
   f = lambda m: ref.fl_value(sim, rel, m)
-  for method in ("dense", "lazy"):
-    sel = jaxsel.greedy(obj, k=k, costs=costs, budget=budget, method=method)
+  for method in METHODS:
+    sel = _greedy(obj, method, k=k, costs=costs, budget=budget)
     picks = np.asarray(sel.indices[: int(sel.count)])
     assert costs[picks].sum() <= budget
     np.testing.assert_allclose(sel.cost, costs[picks].sum())
@@ -114,8 +123,8 @@ def test_min_gain_stops_at_saturation():
   obj, f = _make("coverage", sim, rel, None)
   full = jaxsel.greedy(obj, k=30, method="dense")
   thr = float(full.gains[6]) * 1.0001
-  for method in ("dense", "lazy"):
-    sel = jaxsel.greedy(obj, k=30, min_gain=thr, method=method)
+  for method in METHODS:
+    sel = _greedy(obj, method, k=30, min_gain=thr)
     assert int(sel.count) == len(ref.greedy(f, 30, 30, min_gain=thr)[0]) == 6
     np.testing.assert_array_equal(sel.indices[:6], full.indices[:6])
     assert (np.asarray(sel.indices[6:]) == -1).all()
@@ -138,7 +147,7 @@ def test_stochastic_within_guarantee_in_expectation_and_reproducible():
   assert len(set(np.asarray(a.indices).tolist())) == k
 
 
-@pytest.mark.parametrize("method", ["dense", "lazy"])
+@pytest.mark.parametrize("method", METHODS)
 def test_vmap_equals_loop_with_ragged_valid(method):
   b, n, k = 5, 20, 6
   sims = np.stack([_instance(n, seed=s)[0] for s in range(b)])
@@ -146,9 +155,9 @@ def test_vmap_equals_loop_with_ragged_valid(method):
   counts = [20, 3, 11, 7, 1]
   valid = np.arange(n)[None] < np.array(counts)[:, None]
   objs = jaxsel.facility_location(sims, rels, valid=valid)
-  batched = jax.vmap(lambda o: jaxsel.greedy(o, k=k, method=method))(objs)
+  batched = jax.vmap(lambda o: _greedy(o, method, k=k))(objs)
   for i in range(b):
-    one = jaxsel.greedy(jaxsel.facility_location(sims[i], rels[i], valid=valid[i]), k=k, method=method)
+    one = _greedy(jaxsel.facility_location(sims[i], rels[i], valid=valid[i]), method, k=k)
     np.testing.assert_array_equal(batched.indices[i], one.indices)
     np.testing.assert_allclose(batched.values[i], one.values, rtol=1e-6)
     picked = np.asarray(one.indices[: int(one.count)])
