@@ -97,14 +97,20 @@ def test_backbone_matches_pytorch_with_padding(backbone):
   def outputs(params, ids, mask, tt):
     model = nnx.merge(enc.graphdef, params)
     hidden = model(ids, mask, tt)
-    return hidden, model.pooled(hidden), enc.apply(params, ids, mask, tt)
+    # dense layers on the 32 real tokens, packed into 40 rows (the last 8 are filler)
+    packed = model(ids, mask, tt, tokens=40)
+    return hidden, packed, model.pooled(hidden), enc.apply(params, ids, mask, tt)
 
   for seed in range(2):
     ids, mask, tt = _batch(cfg, seed)
     out = _torch_out(ref, ids, mask, tt)
-    hidden, pooled, mean_pooled = outputs(enc.params, ids, mask, tt)
+    hidden, packed, pooled, mean_pooled = outputs(enc.params, ids, mask, tt)
     # every position, padding included, matches
     np.testing.assert_allclose(np.asarray(hidden), out.last_hidden_state.numpy(), atol=TOL, rtol=0)
+    # packed: the real tokens match and the pads are zero
+    real = mask[..., None] == 1
+    np.testing.assert_allclose(np.asarray(packed), np.where(real, out.last_hidden_state.numpy(), 0),
+                               atol=TOL, rtol=0)
     np.testing.assert_allclose(np.asarray(pooled), out.pooler_output.numpy(), atol=TOL, rtol=0)
     # and the jit-able entry point pools the same hidden states (mean over real tokens)
     h = out.last_hidden_state.numpy()
@@ -286,6 +292,24 @@ def test_bucketing_and_batch_size_do_not_change_results(tiny):
   np.testing.assert_allclose(np.linalg.norm(full, axis=1), 1.0, atol=1e-6)
   np.testing.assert_allclose(np.asarray(tiny.encode(texts, batch_size=4)), full, atol=TOL, rtol=0)
   np.testing.assert_array_equal(full[:6], full[6:])
+
+
+def test_packed_tokens_round_up_to_an_eighth_of_large_batches(tiny):
+  pack = E.encoder.packed_tokens
+  assert pack(1000, 32, 64) == 1024  # 2048 positions in steps of 256
+  assert pack(1025, 32, 64) == 1280 and pack(768, 32, 64) == 768
+  assert pack(1793, 32, 64) is None  # rounds up to the whole batch: run it padded
+  assert pack(10, 4, 64) is None  # under PACK_MIN positions
+  with pytest.raises(ValueError, match="tokens"):
+    nnx.merge(tiny.graphdef, tiny.params)(np.zeros((2, 4), np.int32), np.ones((2, 4), np.int32),
+                                          tokens=9)
+  # a batch of 32 texts padded to 64 (char-level) tokens is packed; the result is the same
+  texts = [t[:40] * 2 for t in TEXTS * 6][:32]
+  ids = tiny.tokenize(texts)["input_ids"]
+  assert pack(sum(map(len, ids)), 32, 64) is not None
+  one_by_one = np.concatenate([np.asarray(tiny.encode(texts[i:i + 4], batch_size=4))
+                               for i in range(0, 32, 4)])
+  np.testing.assert_allclose(np.asarray(tiny.encode(texts)), one_by_one, atol=TOL, rtol=0)
 
 
 def test_a_corpus_compiles_a_handful_of_shapes(tiny):

@@ -1,6 +1,7 @@
 """Flax nnx BERT-family encoder (BERT/MiniLM/BGE/E5 and XLM-RoBERTa) and classifier heads.
 
-Shape legend: B batch, L tokens, H hidden size, C classifier labels.
+Shape legend: B batch, L tokens, H hidden size, C classifier labels, N rows (B * L positions,
+or T packed real tokens).
 
 Attribute names mirror the Hugging Face PyTorch modules, so a parameter's nnx path
 (`encoder.layer.0.attention.self.query.kernel`) maps to its checkpoint key
@@ -12,6 +13,8 @@ softmax are always computed in float32.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +91,38 @@ class Embeddings(nnx.Module):
     return self.LayerNorm(x)
 
 
+class Packing(NamedTuple):
+  """Where the real tokens of a padded `[B, L]` batch sit, for running the dense layers on
+  those `T` tokens only (`T <= B * L`; attention still sees each sequence padded to `L`)."""
+  rows: Array    # [T] int32: flat index (into B * L) of each packed row; extra rows repeat a pad
+  unpack: Array  # [B * L] int32: the packed row of each position; T (out of range) on pads
+
+
+def packing(attention_mask: Array, tokens: int) -> Packing:
+  """The `Packing` of `attention_mask` `[B, L]` into `tokens` rows (static; at least the
+  number of real tokens, which must fit: rows beyond them are pads and are dropped)."""
+  valid = attention_mask.reshape(-1).astype(bool)
+  first_pad = jnp.argmin(valid)  # only used as filler when some position is a pad
+  (rows,) = jnp.nonzero(valid, size=tokens, fill_value=first_pad)
+  rows = rows.astype(jnp.int32)
+  t = jnp.arange(tokens, dtype=jnp.int32)
+  unpack = jnp.full(valid.shape, tokens, jnp.int32).at[rows].set(jnp.where(valid[rows], t, tokens))
+  return Packing(rows, unpack)
+
+
+def to_padded(x: Array, pack: Packing | None, shape: tuple[int, int]) -> Array:
+  """Rows `[N, C]` (packed or not) -> `[B, L, C]`, zero on pads when packed."""
+  if pack is not None:
+    x = jnp.take(x, pack.unpack, axis=0, mode="fill", fill_value=0)
+  return x.reshape(*shape, x.shape[-1])
+
+
+def from_padded(x: Array, pack: Packing | None) -> Array:
+  """`[B, L, C]` -> rows `[N, C]`: the packed real tokens, or all `B * L` positions."""
+  x = x.reshape(-1, x.shape[-1])
+  return x if pack is None else jnp.take(x, pack.rows, axis=0, mode="clip")
+
+
 class SelfAttention(nnx.Module):
 
   def __init__(self, cfg: EncoderConfig, *, dtype, rngs: nnx.Rngs):
@@ -97,26 +132,32 @@ class SelfAttention(nnx.Module):
     self.value = _linear(h, h, dtype, rngs)
     self.heads = cfg.num_attention_heads
 
-  def __call__(self, x: Array, bias: Array) -> Array:
-    """x `[B, L, H]`, bias `[B, 1, 1, L]` (0 or a large negative) -> `[B, L, H]`."""
-    b, l, h = x.shape
+  def __call__(self, x: Array, bias: Array, pack: Packing | None = None) -> Array:
+    """x `[N, H]` rows, bias `[B, 1, 1, L]` (0 or a large negative) -> `[N, H]`.
+
+    The rows are the `B * L` positions, or the packed real tokens when `pack` is given.
+    """
+    b, l, h = bias.shape[0], bias.shape[-1], x.shape[-1]
     # One [H, 3H] matmul instead of three [H, H] ones: larger GEMMs run faster on CPU.
     kernel = jnp.concatenate([self.query.kernel[...], self.key.kernel[...],
                               self.value.kernel[...]], axis=1)
     bias_qkv = jnp.concatenate([self.query.bias[...], self.key.bias[...], self.value.bias[...]])
-    qkv = (x @ kernel.astype(x.dtype) + bias_qkv.astype(x.dtype)).reshape(b, l, 3, self.heads, h // self.heads)
+    qkv = x @ kernel.astype(x.dtype) + bias_qkv.astype(x.dtype)
+    qkv = to_padded(qkv, pack, (b, l)).reshape(b, l, 3, self.heads, h // self.heads)
     scale = (h // self.heads) ** -0.5
 
     def attend(args):  # one sequence: qkv [L, 3, n, d], bias [1, 1, L]
       one, bias1 = args
       q, k, v = one[:, 0], one[:, 1], one[:, 2]
       scores = jnp.einsum("qnd,knd->nqk", q, k).astype(jnp.float32) * scale + bias1
-      probs = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
-      return jnp.einsum("nqk,knd->qnd", probs, v).reshape(l, h)
+      # Softmax with the division after the value product: [n, L, d] divides, not [n, L, L].
+      e = jnp.exp(scores - lax.stop_gradient(scores.max(-1, keepdims=True)))
+      out = jnp.einsum("nqk,knd->qnd", e.astype(x.dtype), v).astype(jnp.float32)
+      return (out / e.sum(-1).T[..., None]).astype(x.dtype).reshape(l, h)
 
     # One sequence at a time: its [n, L, L] scores stay in cache, where the whole batch's
     # [B, n, L, L] would not (about 2x faster on CPU at B = 32, L = 256).
-    return lax.map(attend, (qkv, bias))
+    return from_padded(lax.map(attend, (qkv, bias)), pack)
 
 
 class DenseNorm(nnx.Module):
@@ -136,8 +177,8 @@ class Attention(nnx.Module):
     self.self = SelfAttention(cfg, dtype=dtype, rngs=rngs)
     self.output = DenseNorm(cfg.hidden_size, cfg, dtype=dtype, rngs=rngs)
 
-  def __call__(self, x: Array, bias: Array) -> Array:
-    return self.output(self.self(x, bias), x)
+  def __call__(self, x: Array, bias: Array, pack: Packing | None = None) -> Array:
+    return self.output(self.self(x, bias, pack), x)
 
 
 class Intermediate(nnx.Module):
@@ -157,8 +198,8 @@ class Layer(nnx.Module):
     self.intermediate = Intermediate(cfg, dtype=dtype, rngs=rngs)
     self.output = DenseNorm(cfg.intermediate_size, cfg, dtype=dtype, rngs=rngs)
 
-  def __call__(self, x: Array, bias: Array) -> Array:
-    a = self.attention(x, bias)
+  def __call__(self, x: Array, bias: Array, pack: Packing | None = None) -> Array:
+    a = self.attention(x, bias, pack)
     return self.output(self.intermediate(a), a)
 
 
@@ -169,9 +210,10 @@ class Layers(nnx.Module):
     self.layer = nnx.List([Layer(cfg, dtype=dtype, rngs=rngs)
                            for _ in range(cfg.num_hidden_layers)])
 
-  def __call__(self, x: Array, bias: Array) -> Array:
+  def __call__(self, x: Array, bias: Array, pack: Packing | None = None) -> Array:
+    """x `[N, H]` rows (see `SelfAttention`) -> `[N, H]`."""
     for layer in self.layer:
-      x = layer(x, bias)
+      x = layer(x, bias, pack)
     return x
 
 
@@ -198,12 +240,20 @@ class BertModel(nnx.Module):
     self.cfg = cfg
 
   def __call__(self, input_ids: Array, attention_mask: Array,
-               token_type_ids: Array | None = None) -> Array:
-    """`input_ids` `[B, L]` int, `attention_mask` `[B, L]` (1/True = real token) -> `[B, L, H]`."""
+               token_type_ids: Array | None = None, *, tokens: int | None = None) -> Array:
+    """`input_ids` `[B, L]` int, `attention_mask` `[B, L]` (1/True = real token) -> `[B, L, H]`.
+
+    `tokens` (static): run the dense layers on this many packed rows instead of all `B * L`
+    positions; it must be at least the number of real tokens. Padding then costs only
+    attention, and the output is zero on pads (which are junk otherwise).
+    """
+    if tokens is not None and not 0 < tokens <= input_ids.size:
+      raise ValueError(f"`tokens` must be in [1, B * L] = [1, {input_ids.size}], got {tokens}.")
     valid = attention_mask.astype(bool)[:, None, None, :]
     bias = jnp.where(valid, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-    x = self.embeddings(input_ids, token_type_ids)
-    return self.encoder(x, bias)
+    pack = None if tokens is None else packing(attention_mask, tokens)
+    x = from_padded(self.embeddings(input_ids, token_type_ids), pack)
+    return to_padded(self.encoder(x, bias, pack), pack, input_ids.shape)
 
   def pooled(self, hidden: Array) -> Array:
     """The pooler output `[B, H]` (needs `cfg.pooler`)."""
