@@ -49,6 +49,7 @@ from flax import struct
 from jax import lax
 
 from jaxsel import _checks
+from jaxsel.greedy import _first_argmax
 
 Array = jax.Array
 
@@ -210,7 +211,7 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
     u = _utility(_block(tree.value_sum, first, n), _block(tree.visits, first, n), tree.visits[node],
                  _block(tree.cost, first, n), exploration, cost_penalty, budget, value_range)
     open_ = _block(tree.exists, first, n) & ~_block(tree.exhausted, first, n)
-    j = jnp.argmax(jnp.where(open_, u, -jnp.inf)).astype(jnp.int32)
+    j = _first_argmax(jnp.where(open_, u, -jnp.inf))  # XLA:CPU: faster than jnp.argmax
     child = first + j
     return (child, jnp.where(levels[:d] == k, j, order), used | (ar == j),
             jnp.where(levels == k + 1, child, path),
