@@ -250,17 +250,17 @@ def sharded_greedy(objectives, *, mesh: Mesh, k: int, axis: AxisNames = None, co
 
 
 @functools.lru_cache(maxsize=64)
-def _batched_search(mesh, axes, iterations, max_depth, backup):
+def _batched_search(mesh, axes, iterations, max_depth, backup, normalize):
   def one(scorer, costs, budget, valid, exploration, cost_penalty):
     return corag_search(scorer, costs, budget=budget, iterations=iterations,
                         exploration=exploration, cost_penalty=cost_penalty,
-                        max_depth=max_depth, valid=valid, backup=backup)
+                        max_depth=max_depth, valid=valid, backup=backup, normalize=normalize)
   return sharded_vmap(one, mesh=mesh, axis=axes)
 
 
 def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis: AxisNames = None,
                    exploration=2.4, cost_penalty=0.1, max_depth: Optional[int] = None,
-                   valid=None, backup: str = "max") -> SearchResult:
+                   valid=None, backup: str = "max", normalize: bool = False) -> SearchResult:
   """`jax.vmap(jaxsel.corag_search)` over a batch of queries split over the devices of `mesh`.
 
   Args:
@@ -268,7 +268,7 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
       under `jax.vmap`, see `jaxsel.scorers`).
     costs: `[B, N]` chunk costs; `valid`: bool `[B, N]` (default all valid).
     budget, exploration, cost_penalty: `[]` or `[B]`.
-    iterations, max_depth, backup: as in `jaxsel.corag_search` (static, shared).
+    iterations, max_depth, backup, normalize: as in `jaxsel.corag_search` (static, shared).
     mesh, axis: as in `sharded_greedy`.
 
   Returns:
@@ -285,7 +285,9 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
   def per_query(x):
     return jnp.broadcast_to(jnp.asarray(x, jnp.float32), (b,))
 
-  run = _batched_search(mesh, axes, iterations, max_depth, backup)
+  if not isinstance(normalize, bool):
+    raise TypeError(f"`normalize` must be a Python bool (it changes the search), got {normalize!r}.")
+  run = _batched_search(mesh, axes, iterations, max_depth, backup, normalize)
   return run(scorers, costs, per_query(budget), valid, per_query(exploration),
              per_query(cost_penalty))
 
