@@ -329,7 +329,7 @@ def test_eight_devices():
                         timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   results = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert len(results) == 9, results
+  assert len(results) == 10, results
   failed = [name for name, ok in results.items() if not ok]
   assert not failed, results
 
