@@ -312,6 +312,19 @@ def test_packed_tokens_round_up_to_an_eighth_of_large_batches(tiny):
   np.testing.assert_allclose(np.asarray(tiny.encode(texts)), one_by_one, atol=TOL, rtol=0)
 
 
+def test_compiler_options_leave_xla_flags_to_the_user(monkeypatch):
+  opts = E.encoder.compiler_options
+  assert opts() == E.encoder.CPU_COMPILER_OPTIONS  # the CPU backend accepts them
+  try:
+    opts.cache_clear()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=reduce")
+    assert opts() == {}
+  finally:
+    monkeypatch.undo()
+    opts.cache_clear()
+  assert opts() == E.encoder.CPU_COMPILER_OPTIONS
+
+
 def test_a_corpus_compiles_a_handful_of_shapes(tiny):
   rng = np.random.default_rng(0)
   words = "alpha beta gamma delta eps zeta eta theta".split()
@@ -322,9 +335,9 @@ def test_a_corpus_compiles_a_handful_of_shapes(tiny):
   assert {s[1] for s in shapes} <= set(E.encoder.bucket_lengths(512))
   # 200 texts of up to 64 tokens in 13 batches: the lengths 16, 32, 48, 64 (+ the last batch)
   assert len(shapes) <= 5, shapes
-  before = E.encoder._forward._cache_size()
+  before = E.encoder._forward.jitted._cache_size()
   tiny.encode(texts[:40], batch_size=4)  # 10 batches
-  assert E.encoder._forward._cache_size() - before <= 4
+  assert E.encoder._forward.jitted._cache_size() - before <= 4
 
 
 def test_token_output_shapes_and_masking(tiny):

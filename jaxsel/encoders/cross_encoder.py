@@ -20,7 +20,6 @@ is `<s> query </s></s> passage </s>` without token types.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional, Sequence
 
 import numpy as np
@@ -33,12 +32,12 @@ from jaxsel.encoders.bert import SequenceClassifier
 from jaxsel.encoders.config import EncoderConfig, tiny_bert_config
 from jaxsel.encoders.encoder import (
     _TokenizedModel, _check_batch_size, bucketed_batches, check_texts, checkpoint_folder,
-    progress_bar, random_model, tiny_tokenizer)
+    jit_encoder, progress_bar, random_model, tiny_tokenizer)
 
 Array = jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
+@jit_encoder("graphdef")
 def _logits(graphdef, params, input_ids, attention_mask, token_type_ids):
   model = nnx.merge(graphdef, params)
   return model(input_ids, attention_mask, token_type_ids).astype(jnp.float32)
