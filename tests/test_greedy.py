@@ -56,6 +56,23 @@ def test_dense_equals_lazy_on_300(kind):
   np.testing.assert_allclose(dense.values[:5], values, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_lazy_gathered_blocks_equal_streamed_rows(kind, monkeypatch):
+  """Long rows are gathered into a block on CPU, short ones streamed; both give dense's picks."""
+  from jaxsel import objectives
+  sim, rel, valid = _instance(301, q=2, d=12, seed=9, pad=11)  # N = 301: a shape of its own
+  obj, _ = _make(kind, sim, rel, valid)
+  dense = jaxsel.greedy(obj, k=40, method="dense")
+  streamed = jaxsel.greedy(obj, k=40, method="lazy", block=16)
+  monkeypatch.setattr(objectives, "_GATHER_MIN_N", 0)
+  jax.clear_caches()
+  gathered = jaxsel.greedy(obj, k=40, method="lazy", block=16)
+  jax.clear_caches()
+  for sel in (streamed, gathered):
+    np.testing.assert_array_equal(sel.indices, dense.indices)
+    np.testing.assert_allclose(sel.gains, dense.gains, rtol=1e-6)
+
+
 def test_exact_ties_go_to_lowest_index():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(10, 4))
