@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel import _checks
+from jaxsel.objectives import _GATHER_MIN_N
 
 Array = jax.Array
 
@@ -252,7 +253,7 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     key: PRNG key, required for ``"stochastic"``.
     epsilon: stochastic greedy's accuracy parameter, in (0, 1).
     block: candidates re-evaluated per lazy round (static; default `clip(N // 16, 4, 32)`,
-      at most N). With the default, ``"lazy"`` on at most 256 candidates takes dense steps
+      at most N, and 48 from 5000 candidates on, where rows are gathered into blocks). With the default, ``"lazy"`` on at most 256 candidates takes dense steps
       (the same picks; below that size, and above all under `vmap`, the lazy bookkeeping costs
       more than the gain evaluations it saves); pass `block` to force lazy rounds.
 
@@ -295,7 +296,9 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     if not 0 < epsilon < 1:
       raise ValueError(f"`epsilon` must lie in (0, 1), got {epsilon}.")
   if block is None:
-    block = min(n, max(4, min(32, n // 16)))
+    # Gathered blocks (long rows) parallelise better a little larger: 48 rows measured 6-7%
+    # faster than 32 at N = 6000 and 10000 on an idle 2-core CPU.
+    block = 48 if n >= _GATHER_MIN_N else min(n, max(4, min(32, n // 16)))
     if method == "lazy" and n <= _LAZY_MIN_N:
       # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
       # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
