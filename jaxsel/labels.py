@@ -125,7 +125,8 @@ def model_scorer_builders(encoder=None, *, cross_encoder=None, max_len: int = 25
       return cross_encoder_scorer(cross_encoder.apply, tok.query_ids, tok.query_len, tok.chunk_ids,
                                   tok.chunk_lens, cls_id=cross_encoder.cls_token_id,
                                   sep_id=cross_encoder.sep_token_id, pad_id=cross_encoder.pad_token_id,
-                                  max_len=max(max_len, tok.query_ids.shape[-1] + 3), params=cross_encoder.params)
+                                  max_len=max(max_len, tok.query_ids.shape[-1] + 4), params=cross_encoder.params,
+                                  **cross_encoder.pair_format)
     out["cross_encoder"] = ce
   return out
 

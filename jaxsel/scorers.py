@@ -473,7 +473,8 @@ def embedding_scorer(encode_fn: Callable, query_embedding, chunk_ids, chunk_lens
 
 @struct.dataclass
 class CrossEncoderScorer(Scorer):
-  """A cross-encoder's logit `label` for `[CLS] query [SEP] chunk_1 … chunk_m [SEP]`."""
+  """A cross-encoder's logit `label` for `[CLS] query [SEP] chunk_1 … chunk_m [SEP]` (BERT), or
+  `<s> query </s></s> chunk_1 … chunk_m </s>` (RoBERTa / XLM-R: `pair_sep=2`, `chunk_type=0`)."""
   query_ids: Array  # [Lq] int32, without special tokens, padded
   query_len: Array  # [] int32
   chunk_ids: Array  # [N, Lc] int32
@@ -485,6 +486,8 @@ class CrossEncoderScorer(Scorer):
   pad_id: int = struct.field(pytree_node=False)
   max_len: int = struct.field(pytree_node=False)
   label: int = struct.field(pytree_node=False)
+  pair_sep: int = struct.field(pytree_node=False, default=1)
+  chunk_type: int = struct.field(pytree_node=False, default=1)
 
   @property
   def num_candidates(self) -> int:
@@ -494,12 +497,12 @@ class CrossEncoderScorer(Scorer):
     """The assembled `(input_ids, attention_mask, token_type_ids)`, each `[max_len]`."""
     lq = self.query_ids.shape[-1]
     qlen = jnp.clip(self.query_len, 0, lq).astype(jnp.int32)
-    p = jnp.arange(lq + 2)
+    p = jnp.arange(lq + 1 + self.pair_sep)
     prefix = jnp.where(p == 0, self.cls_id,
                        jnp.where(p <= qlen, self.query_ids[jnp.clip(p - 1, 0, lq - 1)], self.sep_id))
     return assemble_tokens(order, self.chunk_ids, self.chunk_lens, prefix_ids=prefix.astype(jnp.int32),
-                           prefix_len=qlen + 2, max_len=self.max_len, sep_id=self.sep_id,
-                           pad_id=self.pad_id, chunk_type=1)
+                           prefix_len=qlen + 1 + self.pair_sep, max_len=self.max_len,
+                           sep_id=self.sep_id, pad_id=self.pad_id, chunk_type=self.chunk_type)
 
   def __call__(self, order: Array) -> Array:
     return _call_model(self.logits_fn, self.params, *self.tokens(order))[0, self.label]
@@ -507,8 +510,15 @@ class CrossEncoderScorer(Scorer):
 
 def cross_encoder_scorer(logits_fn: Callable, query_ids, query_len, chunk_ids, chunk_lens, *,
                          cls_id: int, sep_id: int, pad_id: int = 0, max_len: int = 512,
-                         label: int = 0, params=None) -> CrossEncoderScorer:
+                         label: int = 0, params=None, pair_sep: int = 1,
+                         chunk_type: int = 1) -> CrossEncoderScorer:
   """Scores an order with a cross-encoder over the whole assembled sequence.
+
+  The sequence is the model's pair format with the ordered chunks as the second text:
+  `[CLS] query [SEP] chunks… [SEP]` with chunk token type 1 for BERT (the defaults), and
+  `<s> query </s></s> chunks… </s>` without token types for RoBERTa / XLM-R
+  (`pair_sep=2, chunk_type=0`). A loaded `jaxsel.load_cross_encoder` model gives the right
+  settings as `**ce.pair_format`.
 
   Args:
     logits_fn: `logits_fn(input_ids [B, L], attention_mask [B, L], token_type_ids [B, L]) ->
@@ -517,8 +527,11 @@ def cross_encoder_scorer(logits_fn: Callable, query_ids, query_len, chunk_ids, c
     query_ids: int32 `[Lq]` query token ids without special tokens; `query_len` `[]` how many
       are real. `Lq + 2` must be below `max_len` (the query is never truncated here: cut it
       when tokenising).
-    chunk_ids, chunk_lens: as in `embedding_scorer`; chunks get token type 1.
+    chunk_ids, chunk_lens: as in `embedding_scorer`; chunks get token type `chunk_type`.
     label: which logit is the value (static).
+    pair_sep: separator tokens between the query and the chunks (1 BERT, 2 RoBERTa/XLM-R).
+    chunk_type: token type of the chunks and the closing separator (1 BERT, 0 for models
+      without token types, whose embedding table has one row).
   """
   chunk_ids, chunk_lens = _check_chunks(chunk_ids, chunk_lens)
   query_ids = jnp.asarray(query_ids)
@@ -526,11 +539,17 @@ def cross_encoder_scorer(logits_fn: Callable, query_ids, query_len, chunk_ids, c
     raise TypeError(f"`query_ids` must be integer token ids [Lq], got {query_ids.dtype} {query_ids.shape}.")
   if not callable(logits_fn):
     raise TypeError(f"`logits_fn` must be callable, got {type(logits_fn).__name__}.")
-  if not isinstance(max_len, int) or max_len < query_ids.shape[-1] + 3:
-    raise ValueError(f"`max_len` must be an int ≥ Lq + 3 = {query_ids.shape[-1] + 3} "
-                     f"([CLS] query [SEP] … [SEP]), got {max_len!r}.")
+  if isinstance(pair_sep, bool) or pair_sep not in (1, 2):
+    raise ValueError(f"`pair_sep` must be 1 (BERT: [SEP]) or 2 (RoBERTa / XLM-R: </s></s>), got {pair_sep!r}.")
+  if isinstance(chunk_type, bool) or chunk_type not in (0, 1):
+    raise ValueError(f"`chunk_type` must be 0 or 1, got {chunk_type!r}.")
+  need = query_ids.shape[-1] + 2 + pair_sep
+  if not isinstance(max_len, int) or max_len < need:
+    raise ValueError(f"`max_len` must be an int ≥ Lq + {2 + pair_sep} = {need} "
+                     f"([CLS] query [SEP]{'[SEP]' if pair_sep == 2 else ''} … [SEP]), got {max_len!r}.")
   return CrossEncoderScorer(query_ids=query_ids.astype(jnp.int32),
                             query_len=jnp.asarray(query_len, jnp.int32), chunk_ids=chunk_ids,
                             chunk_lens=chunk_lens, params=params, logits_fn=logits_fn,
                             cls_id=int(cls_id), sep_id=int(sep_id), pad_id=int(pad_id),
-                            max_len=max_len, label=int(label))
+                            max_len=max_len, label=int(label), pair_sep=int(pair_sep),
+                            chunk_type=int(chunk_type))

@@ -247,17 +247,23 @@ def test_embedding_scorer_matches_encoder(tiny_models):
                                rtol=1e-4, atol=1e-5)
 
 
-def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models):
-  _, ce = tiny_models
+@pytest.mark.parametrize("arch", ["bert", "xlm-roberta"])
+def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models, arch):
+  """The assembled sequence is the model's own pair format: `[CLS] q [SEP] c [SEP]` with token
+  types for BERT, `<s> q </s></s> c </s>` without them for XLM-R (e.g. BGE rerankers)."""
+  from jaxsel.encoders import tiny_cross_encoder, tiny_xlmr_config
+  ce = tiny_models[1] if arch == "bert" else tiny_cross_encoder(tiny_xlmr_config())
+  assert ce.pair_format == ({"pair_sep": 1, "chunk_type": 1} if arch == "bert"
+                            else {"pair_sep": 2, "chunk_type": 0})
   tok = ce.tokenizer
   ids, lens = _tokenize_chunks(tok, TEXTS)
   query = "eiffel tower city?"
   qe = tok(query, add_special_tokens=False)["input_ids"]
   qids = np.zeros(20, np.int32)
   qids[:len(qe)] = qe
-  sc = scorers.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, cls_id=ce.cls_token_id,
-                                    sep_id=ce.sep_token_id, pad_id=ce.pad_token_id, max_len=64,
-                                    params=ce.params)
+  kw = dict(cls_id=ce.cls_token_id, sep_id=ce.sep_token_id, pad_id=ce.pad_token_id, max_len=64,
+            params=ce.params)
+  sc = scorers.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, **kw, **ce.pair_format)
   costs = lens.astype(np.float32)
   res = jaxsel.corag_search(sc, costs, budget=30.0, iterations=4, max_depth=3)
   assert float(res.cost) <= 30
@@ -266,10 +272,16 @@ def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models):
   for r, order in enumerate(checks):
     text = " ".join(TEXTS[j] for j in order if j >= 0)
     e = tok(query, text, padding="max_length", max_length=64)
+    types = e.get("token_type_ids", [0] * 64)
     want = np.asarray(ce.logits_fn(jnp.array([e["input_ids"]]), jnp.array([e["attention_mask"]]),
-                                   jnp.array([e["token_type_ids"]])))[0, 0]
-    np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-5)
+                                   jnp.array([types])))[0, 0]
+    np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-7)  # random logits are ~1e-3
   np.testing.assert_allclose(res.value, got[0], rtol=1e-5)
+  if arch == "xlm-roberta":  # BERT's layout on an XLM-R model is a different sequence
+    bert_style = scorers.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, **kw)
+    assert np.abs(np.asarray(_batched(bert_style, checks)) - got).max() > 1e-6
+  with pytest.raises(ValueError, match="pair_sep"):
+    scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, pair_sep=3)
   with pytest.raises(ValueError, match="max_len"):
     scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, max_len=10)
   with pytest.raises(ValueError, match="chunk_lens"):

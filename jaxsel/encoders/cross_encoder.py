@@ -59,6 +59,21 @@ class CrossEncoder(_TokenizedModel):
   def num_labels(self) -> int:
     return self.config.num_labels
 
+  @property
+  def pair_format(self) -> dict:
+    """How this model's tokenizer joins a (query, passage) pair, as `jaxsel.cross_encoder_scorer`
+    takes it: `pair_sep` separators between the two texts (1 for BERT's `[SEP]`, 2 for
+    RoBERTa / XLM-R's `</s></s>`) and the second text's `chunk_type` (0 without token types)."""
+    enc = self.tokenizer("a", "b")
+    ids = list(enc["input_ids"])
+    first = ids.index(self.sep_token_id)
+    pair_sep = 1
+    while first + pair_sep < len(ids) and ids[first + pair_sep] == self.sep_token_id:
+      pair_sep += 1
+    types = enc.get("token_type_ids") if self._uses_type_ids else None
+    chunk_type = int(types[-1]) if types else 0
+    return {"pair_sep": pair_sep, "chunk_type": chunk_type}
+
   def apply(self, params, input_ids, attention_mask, token_type_ids=None) -> Array:
     """Pure: `[B, L]` ids and mask (+ optional token types) -> logits `[B, C]` float32."""
     if token_type_ids is None:
