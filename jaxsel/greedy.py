@@ -122,8 +122,11 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
                        (jnp.zeros((), jnp.int32), bound, fresh, best, best_j, best_gain, jnp.zeros((), bool)))
     return w[1:]
 
-  init = (bound, jnp.zeros(n, bool), neg, jnp.asarray(n, jnp.int32), jnp.zeros((), bound.dtype),
-          ~jnp.any(avail))
+  # Loop state computed from the inputs (see `_run`), so that under `vmap` over sharded inputs
+  # it carries their batch sharding and indexing it is unambiguous.
+  zero = (avail[0] & False).astype(bound.dtype)  # not bound[0] * 0: bounds may be inf
+  init = (bound, avail & False, neg + zero, jnp.asarray(n, jnp.int32) + zero.astype(jnp.int32),
+          zero, ~jnp.any(avail))
   bound, _, best, best_j, best_gain, _ = lax.while_loop(lambda c: ~c[-1], window, init)
   return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
 
@@ -131,20 +134,25 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
 def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
   n = obj.num_candidates
   dtype = obj.sim_t.dtype if hasattr(obj, "sim_t") else jnp.float32
-  state0 = obj.init()
+  # Every piece of loop state is offset by `anchor`, a zero computed from the inputs: under
+  # `vmap` over inputs sharded along the batch (explicit mesh axes) the state then carries the
+  # batch sharding from the start, and its scatters and gathers stay unambiguous.
+  # (`zeros_like` would not do: it ignores its argument's values, so it is never batched.)
+  anchor = (obj.valid[0] & False).astype(jnp.int32) if n else jnp.zeros((), jnp.int32)
+  state0 = jax.tree.map(lambda x: x + anchor.astype(x.dtype), obj.init())
   budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
-  zero = jnp.zeros((), jnp.float32)
-  bound0 = jnp.full((n,), jnp.inf, dtype)
+  zero = anchor.astype(jnp.float32)
+  bound0 = jnp.full((n,), jnp.inf, dtype) + anchor.astype(dtype)
   if method == "lazy" and n:
     bound0 = _criterion(obj.gains(state0), costs, ratio).astype(dtype)
   sel0 = Selection(
-      indices=jnp.full((k,), UNSELECTED, jnp.int32),
-      gains=jnp.zeros((k,), dtype),
-      values=jnp.zeros((k,), dtype),
-      count=jnp.zeros((), jnp.int32),
+      indices=jnp.full((k,), UNSELECTED, jnp.int32) + anchor,
+      gains=jnp.zeros((k,), dtype) + anchor.astype(dtype),
+      values=jnp.zeros((k,), dtype) + anchor.astype(dtype),
+      count=anchor,
       cost=zero)
-  carry = _Carry(jnp.zeros((), jnp.int32), jnp.asarray(k == 0 or n == 0), state0,
-                 jnp.zeros((n,), bool), bound0, zero,
+  carry = _Carry(anchor, jnp.asarray(k == 0 or n == 0) | (anchor != 0), state0,
+                 jnp.zeros((n,), bool) | (anchor != 0), bound0, zero,
                  jax.random.key(0) if key is None else key, sel0)
 
   def body(c: _Carry) -> _Carry:
@@ -197,9 +205,10 @@ def _best_single(obj, costs, budget, *, k):
   j = jnp.argmax(crit)
   ok = crit[j] > -jnp.inf
   dtype = g.dtype
+  first = jnp.arange(k) == 0  # a select, not a scatter: keeps the batch sharding under vmap
   return Selection(
-      indices=jnp.full((k,), UNSELECTED, jnp.int32).at[0].set(jnp.where(ok, j, UNSELECTED)),
-      gains=jnp.zeros((k,), dtype).at[0].set(jnp.where(ok, g[j], 0)),
+      indices=jnp.where(first, jnp.where(ok, j, UNSELECTED), UNSELECTED).astype(jnp.int32),
+      gains=jnp.where(first, jnp.where(ok, g[j], 0), 0).astype(dtype),
       values=jnp.full((k,), jnp.where(ok, g[j], 0), dtype),
       count=ok.astype(jnp.int32),
       cost=jnp.where(ok, costs[j], 0).astype(jnp.float32))
