@@ -67,6 +67,14 @@ def _first_argmax(x: Array) -> Array:
   return jnp.min(jnp.where(x == top, jnp.arange(n, dtype=jnp.int32), n), axis=-1)
 
 
+def _batched_zero(mask: Array) -> Array:
+  """An int32 zero computed from `mask` (bool, non-empty): under `vmap` it is batched, and
+  sharded like the inputs, where `jnp.zeros_like` (which ignores values) never is. Loop
+  state offset by it carries the batch sharding from the start, so indexing it under
+  `vmap` over inputs sharded along explicit mesh axes stays unambiguous."""
+  return (mask.reshape(-1)[0] & False).astype(jnp.int32)
+
+
 def _available(obj, selected, costs, budget, spent):
   avail = obj.valid & ~selected
   if costs is not None:
@@ -122,9 +130,7 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
                        (jnp.zeros((), jnp.int32), bound, fresh, best, best_j, best_gain, jnp.zeros((), bool)))
     return w[1:]
 
-  # Loop state computed from the inputs (see `_run`), so that under `vmap` over sharded inputs
-  # it carries their batch sharding and indexing it is unambiguous.
-  zero = (avail[0] & False).astype(bound.dtype)  # not bound[0] * 0: bounds may be inf
+  zero = _batched_zero(avail).astype(bound.dtype)  # not bound[0] * 0: bounds may be inf
   init = (bound, avail & False, neg + zero, jnp.asarray(n, jnp.int32) + zero.astype(jnp.int32),
           zero, ~jnp.any(avail))
   bound, _, best, best_j, best_gain, _ = lax.while_loop(lambda c: ~c[-1], window, init)
@@ -134,11 +140,7 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
 def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
   n = obj.num_candidates
   dtype = obj.sim_t.dtype if hasattr(obj, "sim_t") else jnp.float32
-  # Every piece of loop state is offset by `anchor`, a zero computed from the inputs: under
-  # `vmap` over inputs sharded along the batch (explicit mesh axes) the state then carries the
-  # batch sharding from the start, and its scatters and gathers stay unambiguous.
-  # (`zeros_like` would not do: it ignores its argument's values, so it is never batched.)
-  anchor = (obj.valid[0] & False).astype(jnp.int32) if n else jnp.zeros((), jnp.int32)
+  anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state
   state0 = jax.tree.map(lambda x: x + anchor.astype(x.dtype), obj.init())
   budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
   zero = anchor.astype(jnp.float32)
@@ -262,9 +264,10 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     key: PRNG key, required for ``"stochastic"``.
     epsilon: stochastic greedy's accuracy parameter, in (0, 1).
     block: candidates re-evaluated per lazy round (static; default `clip(N // 16, 4, 32)`,
-      at most N, and 48 from 5000 candidates on, where rows are gathered into blocks). With the default, ``"lazy"`` on at most 256 candidates takes dense steps
-      (the same picks; below that size, and above all under `vmap`, the lazy bookkeeping costs
-      more than the gain evaluations it saves); pass `block` to force lazy rounds.
+      at most N, and 48 from 5000 candidates on, where rows are gathered into blocks). With
+      the default, ``"lazy"`` on at most 256 candidates takes dense steps (the same picks;
+      below that size, and above all under `vmap`, the lazy bookkeeping costs more than the
+      gain evaluations it saves); pass `block` to force lazy rounds.
 
   Returns:
     `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`.

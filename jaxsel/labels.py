@@ -121,12 +121,14 @@ def model_scorer_builders(encoder=None, *, cross_encoder=None, max_len: int = 25
                               pad_id=encoder.pad_token_id, max_len=max_len, params=encoder.params)
     out["embedding"] = emb
   if cross_encoder is not None:
+    pair = cross_encoder.pair_format  # tokenises a probe pair: once, not per question
+
     def ce(f, tok):
       return cross_encoder_scorer(cross_encoder.apply, tok.query_ids, tok.query_len, tok.chunk_ids,
                                   tok.chunk_lens, cls_id=cross_encoder.cls_token_id,
                                   sep_id=cross_encoder.sep_token_id, pad_id=cross_encoder.pad_token_id,
-                                  max_len=max(max_len, tok.query_ids.shape[-1] + 4), params=cross_encoder.params,
-                                  **cross_encoder.pair_format)
+                                  max_len=max(max_len, tok.query_ids.shape[-1] + 2 + pair["pair_sep"]),
+                                  params=cross_encoder.params, **pair)
     out["cross_encoder"] = ce
   return out
 

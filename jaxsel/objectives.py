@@ -207,14 +207,14 @@ class SaturatedCoverage:
 _HOST_BLOCK = 512  # rows per block of the host-side transpose (cache-sized tiles)
 
 
-def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray]) -> Array:
+def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype) -> Array:
   """`sim` `[..., N, N]` (NumPy, item-major) as a candidate-major device array, zeroed on
   invalid rows and columns, in one host copy.
 
   On the CPU backend the transpose is written tile by tile into a 64-byte aligned buffer,
   which `jax.device_put` then shares instead of copying: at N = 10000 that is one 0.3 s
-  pass instead of a device copy plus an XLA transpose (about 1.5 s together)."""
-  dtype = _checks.host_float_dtype(sim, "similarity")
+  pass instead of a device copy plus an XLA transpose (about 1.5 s together). `dtype` is the
+  device dtype (`_checks.host_float_dtype`)."""
   n = sim.shape[-1]
   out = _checks.aligned_empty(sim.shape, dtype)
   with np.errstate(over="ignore"):  # a float64 value beyond float32 is caught just below
@@ -232,7 +232,7 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool):
   """Validates inputs; returns candidate-major similarity, [.., Q, N] relevance and mask."""
   on_host = isinstance(similarity, np.ndarray) and jax.default_backend() == "cpu"
   if on_host:  # checks and transpose on the host: no device copy of the untransposed matrix
-    _checks.host_float_dtype(similarity, "similarity")
+    host_dtype = _checks.host_float_dtype(similarity, "similarity")
     sim = similarity
   else:
     sim = _checks.as_float_array(similarity, "similarity")
@@ -259,7 +259,7 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool):
     _checks.check_finite(rel, "relevance")
     _checks.check_nonnegative(rel, "relevance", _NEG_FIX)
   if on_host:
-    sim_t = _host_candidate_major(sim, None if valid is None else np.asarray(v))
+    sim_t = _host_candidate_major(sim, None if valid is None else np.asarray(v), host_dtype)
   else:
     sim_t = jnp.swapaxes(sim, -1, -2)
     if valid is not None:

@@ -525,8 +525,8 @@ def cross_encoder_scorer(logits_fn: Callable, query_ids, query_len, chunk_ids, c
       [B, num_labels]` (e.g. a jaxsel cross-encoder's `logits_fn`), or `logits_fn(params, ...)`
       when `params` is given. Static (must be hashable).
     query_ids: int32 `[Lq]` query token ids without special tokens; `query_len` `[]` how many
-      are real. `Lq + 2` must be below `max_len` (the query is never truncated here: cut it
-      when tokenising).
+      are real. `Lq + 2 + pair_sep` must be at most `max_len` (the query is never truncated
+      here: cut it when tokenising).
     chunk_ids, chunk_lens: as in `embedding_scorer`; chunks get token type `chunk_type`.
     label: which logit is the value (static).
     pair_sep: separator tokens between the query and the chunks (1 BERT, 2 RoBERTa/XLM-R).

@@ -133,6 +133,12 @@ def check_inputs(scorer, costs, budget, valid, max_depth, *, depth_name="max_dep
   return costs, budget, valid, max_depth
 
 
+def _static_bool(x, name):
+  if not isinstance(x, (bool, np.bool_)):
+    raise TypeError(f"`{name}` must be a Python bool (it is static), got {x!r}.")
+  return bool(x)
+
+
 def _static_int(x, name, lo):
   if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
     raise TypeError(f"`{name}` must be a Python int (it fixes the tree size), got {x!r}.")
@@ -350,8 +356,7 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
   iterations = _static_int(iterations, "iterations", 1)
   if backup not in BACKUPS:
     raise ValueError(f"Unknown `backup` {backup!r}; use one of {', '.join(map(repr, BACKUPS))}.")
-  if not isinstance(normalize, (bool, np.bool_)):
-    raise TypeError(f"`normalize` must be a Python bool (it is static), got {normalize!r}.")
+  normalize = _static_bool(normalize, "normalize")
   exploration = _checks.as_float_array(exploration, "exploration").astype(jnp.float32)
   cost_penalty = _checks.as_float_array(cost_penalty, "cost_penalty").astype(jnp.float32)
   for x, name in ((exploration, "exploration"), (cost_penalty, "cost_penalty")):
@@ -359,4 +364,4 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
     _checks.check_finite(x, name)
   return _search(scorer, costs, budget, valid, exploration, cost_penalty,
-                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=bool(normalize))
+                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=normalize)

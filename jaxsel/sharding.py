@@ -46,7 +46,7 @@ from jaxsel.large import (
     KnnSaturatedCoverage,
 )
 from jaxsel.objectives import FacilityLocation, SaturatedCoverage
-from jaxsel.search import SearchResult, corag_search
+from jaxsel.search import SearchResult, _static_bool, corag_search
 
 Array = jax.Array
 AxisNames = Union[str, Sequence[str], None]
@@ -285,9 +285,8 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
   def per_query(x):
     return jnp.broadcast_to(jnp.asarray(x, jnp.float32), (b,))
 
-  if not isinstance(normalize, bool):
-    raise TypeError(f"`normalize` must be a Python bool (it changes the search), got {normalize!r}.")
-  run = _batched_search(mesh, axes, iterations, max_depth, backup, normalize)
+  run = _batched_search(mesh, axes, iterations, max_depth, backup,
+                        _static_bool(normalize, "normalize"))
   return run(scorers, costs, per_query(budget), valid, per_query(exploration),
              per_query(cost_penalty))
 
