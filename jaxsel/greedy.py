@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel import _checks
-from jaxsel.objectives import _GATHER_MIN_N
+from jaxsel.objectives import _GATHER_MIN_N, FacilityLocation, _native_applies
 
 Array = jax.Array
 
@@ -137,8 +137,30 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
   return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
 
 
+def _native_greedy(obj, min_gain, *, k, lazy):
+  """Dense greedy on facility location / coverage as one C++ call (`csrc/greedy.cc`): the
+  steps of `_run` for `method="dense"` without costs, with the same gain code as the native
+  gains lazy greedy uses, so the picks equal lazy's. Each problem's matrix stays in cache
+  for all k steps and a batch runs its problems on all cores."""
+  n = obj.num_candidates
+  dtype = obj.sim_t.dtype
+  weighted = obj.relevance is not None
+  w = obj.relevance.astype(dtype) if weighted else jnp.zeros((1, 1), dtype)
+  floor = jnp.asarray(-jnp.inf if min_gain is None else min_gain, dtype)
+  call = jax.ffi.ffi_call(
+      "jaxsel_cover_greedy",
+      (jax.ShapeDtypeStruct((k,), jnp.int32), jax.ShapeDtypeStruct((k,), dtype),
+       jax.ShapeDtypeStruct((k,), dtype), jax.ShapeDtypeStruct((), jnp.int32)),
+      vmap_method="expand_dims")
+  indices, gains, values, count = call(obj.sim_t, w, obj.valid, floor, weighted=weighted, lazy=lazy)
+  return Selection(indices, gains, values, count, jnp.zeros((), jnp.float32))
+
+
 def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
   n = obj.num_candidates
+  if (method in ("dense", "lazy") and costs is None and k and n and isinstance(obj, FacilityLocation)
+      and obj.sim_t.shape[-2] == n and _native_applies(obj.sim_t)):
+    return _native_greedy(obj, min_gain, k=k, lazy=method == "lazy")
   dtype = obj.sim_t.dtype if hasattr(obj, "sim_t") else jnp.float32
   anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state
   state0 = jax.tree.map(lambda x: x + anchor.astype(x.dtype), obj.init())
@@ -311,7 +333,8 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     # Gathered blocks (long rows) parallelise better a little larger: 48 rows measured 6-7%
     # faster than 32 at N = 6000 and 10000 on an idle 2-core CPU.
     block = 48 if n >= _GATHER_MIN_N else min(n, max(4, min(32, n // 16)))
-    if method == "lazy" and n <= _LAZY_MIN_N:
+    if method == "lazy" and n <= _LAZY_MIN_N and not (
+        costs is None and isinstance(objective, FacilityLocation) and _native_applies(objective.sim_t)):
       # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
       # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
       method = "dense"

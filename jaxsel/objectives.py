@@ -27,7 +27,7 @@ import numpy as np
 from flax import struct
 from jax import lax
 
-from jaxsel import _checks
+from jaxsel import _checks, _native
 
 Array = jax.Array
 
@@ -97,6 +97,43 @@ class SaturationState(NamedTuple):
 _GATHER_MIN_N = 5000  # on CPU, rows at least this long are gathered into a block, not streamed
 
 
+def _explicitly_sharded(x) -> bool:
+  """Whether `x` lives on a mesh with explicit axes (`jax.sharding.AxisType.Explicit`), where
+  a custom call would gather the batch onto one device; the XLA path keeps it sharded."""
+  mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+  return jax.sharding.AxisType.Explicit in tuple(getattr(mesh, "axis_types", None) or ())
+
+
+def _native_applies(sim_t: Array) -> bool:
+  """Whether the C++ kernels of `csrc/greedy.cc` serve this matrix: CPU, float32/64, not on
+  a mesh with explicit axes (use `jaxsel.sharded_greedy` there: inside its `shard_map` each
+  device runs the kernel on its own problems), and the kernel built."""
+  return (jax.default_backend() == "cpu" and sim_t.dtype in (jnp.float32, jnp.float64)
+          and not _explicitly_sharded(sim_t)
+          and _native.load("greedy", {"jaxsel_cover_gains": "JaxselCoverGains",
+                                      "jaxsel_cover_greedy": "JaxselCoverGreedy"}) is not None)
+
+
+def _native_cover_gains(sim_t: Array, cover: Array, relevance: Optional[Array],
+                        idx: Optional[Array]) -> Optional[Array]:
+  """Facility-location gains from the C++ kernel (`csrc/greedy.cc`), or None where it does
+  not apply: not on CPU, not float32/float64, or the kernel is off or failed to build.
+
+  The kernel reduces each row `Σ_q Σ_i relu(r_qj s_ji − c_qi)` on XLA's thread pool, both
+  cores on a 2-core machine, where XLA's own reduce fusion runs single-threaded at about
+  1.8 G elements/s (bench/README.md, "Greedy")."""
+  if not _native_applies(sim_t):
+    return None
+  if idx is None:  # every row; rows may be a block [M, N] of candidates (jaxsel.large)
+    idx = jnp.arange(sim_t.shape[-2], dtype=jnp.int32)
+  idx = idx.astype(jnp.int32)
+  weighted = relevance is not None
+  w = jnp.take(relevance, idx, axis=-1) if weighted else jnp.zeros((1, 1), sim_t.dtype)  # [Q, M]
+  call = jax.ffi.ffi_call("jaxsel_cover_gains", jax.ShapeDtypeStruct(idx.shape, sim_t.dtype),
+                          vmap_method="expand_dims")
+  return call(sim_t, cover.astype(sim_t.dtype), w.astype(sim_t.dtype), idx, weighted=weighted)
+
+
 def _block_gains(row_gains, sim_t: Array, relevance: Optional[Array], idx: Array) -> Array:
   """Gains `[M]` of the candidates `idx` `[M]` from `row_gains(rows [M, N], r [Q, M] | None)`.
 
@@ -144,6 +181,9 @@ class FacilityLocation:
         return jnp.sum(jax.nn.relu(r[0][:, None] * rows - state.cover[0]), axis=-1)
       return jnp.sum(jax.nn.relu(r.T[:, :, None] * rows[:, None, :] - state.cover[None]), axis=(-2, -1))
 
+    native = _native_cover_gains(self.sim_t, state.cover, self.relevance, idx)
+    if native is not None:
+      return native
     if idx is None:
       return row_gains(self.sim_t, self.relevance)
     return _block_gains(row_gains, self.sim_t, self.relevance, idx)

@@ -10,12 +10,24 @@ import pytest
 
 import jaxsel
 import reference as ref
+from jaxsel import _native
 from test_objectives import KINDS, _instance, _make
 
 E = 1 - 1 / math.e
 # "lazy" on at most 256 candidates takes dense steps unless `block` is given; "lazy-rounds"
 # forces the lazy rounds on these small instances so that machinery stays tested.
 METHODS = ["dense", "lazy", "lazy-rounds"]
+
+
+@pytest.fixture(params=["native", "xla"], autouse=True)
+def gain_path(request):
+  """Every test here runs twice: with the C++ kernels (facility location and coverage on CPU)
+  and on the pure-XLA path (what saturated coverage, budgets and accelerators use)."""
+  if request.param == "xla":
+    with _native.disabled():
+      yield
+  else:
+    yield
 
 
 def _greedy(obj, method, **kw):
@@ -182,6 +194,7 @@ def test_vmap_equals_loop_with_ragged_valid(method):
 
 
 def test_jit_and_no_retrace():
+  chex.clear_trace_counter()  # the test runs once per gain path
   sim, rel, _ = _instance(16, seed=0)
 
   @jax.jit

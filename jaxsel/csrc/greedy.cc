@@ -1,0 +1,463 @@
+// Greedy's gain kernel for facility location / coverage, as an XLA FFI handler (CPU).
+//
+//   gains[b, m] = Σ_q Σ_i max(0, w[b, q, m] · rows[b, idx[b, m], i] − cover[b, q, i])
+//
+// rows [..., R, N] (candidate-major similarity), cover [..., Q, N], w [..., Q, M] (ignored
+// unless `weighted`), idx [..., M] int32 (rows to evaluate) → gains [..., M]. Leading batch
+// axes broadcast (size 1 against B: jax.vmap's "expand_dims"). Rows are spread over XLA's
+// intra-op thread pool in chunks; each row is reduced by the same code whatever its chunk,
+// so a candidate's gain never depends on which other candidates were evaluated with it.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#include <utility>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// 64-byte vectors (GCC/Clang vector extensions): 16 floats or 8 doubles, one AVX-512
+// register (two AVX2 ones). Accumulators live in registers; the tail is zero-padded (a
+// zero entry adds max(0, 0·w − 0) = 0), so every row is reduced in the same fixed order.
+template <typename T>
+struct Vec {
+  typedef T type __attribute__((vector_size(64)));
+  static constexpr int64_t kLanes = 64 / sizeof(T);
+};
+
+template <typename V>
+inline V Load(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+// The first m < kLanes entries of x, zeros after (a masked load where AVX-512 has one).
+template <typename T>
+inline typename Vec<T>::type LoadTail(const T* x, int64_t m) {
+  using V = typename Vec<T>::type;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(T) == 4) {
+    __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << m) - 1), x);
+    return reinterpret_cast<V&>(v);
+  } else {
+    __m512d v = _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << m) - 1), x);
+    return reinterpret_cast<V&>(v);
+  }
+#else
+  V v = {};
+  for (int64_t l = 0; l < m; ++l) v[l] = x[l];
+  return v;
+#endif
+}
+
+// Σ of a vector's lanes by halving: the same tree for every call.
+template <typename T>
+inline T Fold(typename Vec<T>::type a) {
+  typedef T h32 __attribute__((vector_size(32)));
+  typedef T h16 __attribute__((vector_size(16)));
+  h32 lo, hi;
+  std::memcpy(&lo, &a, 32);
+  std::memcpy(&hi, reinterpret_cast<char*>(&a) + 32, 32);
+  lo += hi;
+  h16 l2, h2;
+  std::memcpy(&l2, &lo, 16);
+  std::memcpy(&h2, reinterpret_cast<char*>(&lo) + 16, 16);
+  l2 += h2;
+  T out[16 / sizeof(T)];
+  std::memcpy(out, &l2, 16);
+  T s = 0;
+  for (size_t l = 0; l < 16 / sizeof(T); ++l) s += out[l];
+  return s;
+}
+
+// Σ_i max(0, w·p[i] − c[i]).
+template <typename T, bool kWeighted>
+inline T RowGain(const T* __restrict p, const T* __restrict c, T w, int64_t n) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  const V zero = {};
+  const V wv = zero + w;
+  V a0 = zero, a1 = zero;
+  auto term = [&](V x, V cv) {
+    V d = (kWeighted ? wv * x : x) - cv;
+    return d > zero ? d : zero;
+  };
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    a0 += term(Load<V>(p + i), Load<V>(c + i));
+    a1 += term(Load<V>(p + i + L), Load<V>(c + i + L));
+  }
+  if (i + L <= n) {
+    a0 += term(Load<V>(p + i), Load<V>(c + i));
+    i += L;
+  }
+  if (i < n) a1 += term(LoadTail<T>(p + i, n - i), LoadTail<T>(c + i, n - i));
+  return Fold<T>(a0 + a1);
+}
+
+// Σ_i x[i].
+template <typename T>
+inline T Sum(const T* __restrict x, int64_t n) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  V a = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) a += Load<V>(x + i);
+  if (i < n) a += LoadTail<T>(x + i, n - i);
+  return Fold<T>(a);
+}
+
+struct Batch {
+  // Per-input element offset of batch element b, with size-1 leading axes broadcast.
+  std::vector<int64_t> out_dims;
+  int64_t count = 1;
+  int64_t Offset(int64_t b, const ffi::Span<const int64_t>& dims, int64_t core_size) const {
+    int64_t off = 0, stride = core_size;
+    int64_t nb = static_cast<int64_t>(out_dims.size());
+    for (int64_t d = nb - 1; d >= 0; --d) {
+      int64_t od = out_dims[d];
+      int64_t coord = b % od;
+      b /= od;
+      int64_t id = dims[d];
+      if (id != 1) off += coord * stride;
+      stride *= id;
+    }
+    return off;
+  }
+};
+
+struct Job {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+};
+
+// fn(lo, hi) over [0, total) in chunks of at least `grain` items, on the calling thread and
+// XLA's intra-op pool. Chunks are claimed from a shared counter, so the caller alone can
+// finish everything (no deadlock when the pool is busy); tasks that start late find no
+// chunk left and return. Returns once every chunk is done.
+template <typename F>
+void ParallelFor(ffi::ThreadPool& pool, int64_t total, int64_t grain, const F& fn) {
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  int64_t chunks = std::min<int64_t>((total + grain - 1) / std::max<int64_t>(grain, 1), 4 * (threads + 1));
+  if (threads <= 1 || chunks <= 1) {
+    if (total > 0) fn(0, total);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  const F* f = &fn;  // alive until every chunk is done; late tasks never call it
+  auto work = [job, total, chunks, f]() {
+    int64_t c;
+    while ((c = job->next.fetch_add(1)) < chunks) {
+      (*f)(total * c / chunks, total * (c + 1) / chunks);
+      job->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(threads, chunks - 1);
+  for (int64_t h = 0; h < helpers; ++h) pool.Schedule(decltype(work)(work));
+  work();
+  while (job->done.load(std::memory_order_acquire) < chunks) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+template <typename T>
+ffi::Error Gains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer cover, ffi::AnyBuffer w,
+                 ffi::Buffer<ffi::S32> idx, ffi::Result<ffi::AnyBuffer> out, bool weighted) {
+  auto rd = rows.dimensions(), cd = cover.dimensions(), wd = w.dimensions(), id = idx.dimensions();
+  auto od = out->dimensions();
+  const int64_t nb = static_cast<int64_t>(od.size()) - 1;
+  if (nb < 0 || static_cast<int64_t>(rd.size()) != nb + 2 || static_cast<int64_t>(cd.size()) != nb + 2 ||
+      static_cast<int64_t>(wd.size()) != nb + 2 || static_cast<int64_t>(id.size()) != nb + 1)
+    return ffi::Error::InvalidArgument("jaxsel_cover_gains: inconsistent ranks");
+  const int64_t R = rd[nb], N = rd[nb + 1], Q = cd[nb], M = id[nb];
+  if (cd[nb + 1] != N || od[nb] != M || (weighted && (wd[nb] != Q || wd[nb + 1] != M)))
+    return ffi::Error::InvalidArgument("jaxsel_cover_gains: inconsistent shapes");
+  Batch batch;
+  for (int64_t d = 0; d < nb; ++d) {
+    batch.out_dims.push_back(od[d]);
+    batch.count *= od[d];
+  }
+  const T* rp = reinterpret_cast<const T*>(rows.untyped_data());
+  const T* cp = reinterpret_cast<const T*>(cover.untyped_data());
+  const T* wp = reinterpret_cast<const T*>(w.untyped_data());
+  const int32_t* ip = idx.typed_data();
+  T* op = reinterpret_cast<T*>(out->untyped_data());
+
+  const int64_t total = batch.count * M;  // rows to reduce
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t b = t / M, m = t % M;
+      const T* rb = rp + batch.Offset(b, rd, R * N);
+      const T* cb = cp + batch.Offset(b, cd, Q * N);
+      const T* wb = wp + batch.Offset(b, wd, weighted ? Q * M : 0);
+      const int32_t* ib = ip + batch.Offset(b, id, M);
+      int64_t j = std::clamp<int64_t>(ib[m], 0, R - 1);
+      const T* row = rb + j * N;
+      T g = 0;
+      for (int64_t q = 0; q < Q; ++q) {
+        g += weighted ? RowGain<T, true>(row, cb + q * N, wb[q * M + m], N)
+                      : RowGain<T, false>(row, cb + q * N, T(1), N);
+      }
+      op[t] = g;
+    }
+  };
+
+  // Chunks of at least ~64k elements, on the caller plus the pool's threads.
+  ParallelFor(pool, total, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, N * Q)), run);
+  return ffi::Error::Success();
+}
+
+ffi::Error CoverGains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer cover, ffi::AnyBuffer w,
+                      ffi::Buffer<ffi::S32> idx, ffi::Result<ffi::AnyBuffer> out, bool weighted) {
+  auto t = rows.element_type();
+  if (cover.element_type() != t || w.element_type() != t || out->element_type() != t)
+    return ffi::Error::InvalidArgument("jaxsel_cover_gains: mixed dtypes");
+  if (t == ffi::DataType::F32) return Gains<float>(pool, rows, cover, w, idx, out, weighted);
+  if (t == ffi::DataType::F64) return Gains<double>(pool, rows, cover, w, idx, out, weighted);
+  return ffi::Error::InvalidArgument("jaxsel_cover_gains: float32 or float64 only");
+}
+
+
+// Dense greedy for facility location / coverage, the whole loop in one call per problem:
+// each step evaluates every available candidate's gain with RowGain (the same code as
+// jaxsel_cover_gains, so dense and lazy picks agree exactly), takes the highest (lowest
+// index on ties), stops when none is left or the gain is below min_gain, and updates the
+// cover. A problem's matrix stays in cache for all k steps. Problems of a batch run in
+// parallel; a single large problem spreads each step's rows over the threads instead.
+//
+// rows [..., N, N], w [..., Q, N] (relevance, ignored unless weighted), valid [..., N] pred,
+// min_gain [...] (−inf: none) → indices [..., K] s32, gains [..., K], values [..., K],
+// count [...] s32.
+template <typename T>
+struct Best {
+  T crit = -std::numeric_limits<T>::infinity();
+  int64_t j = -1;
+};
+
+// One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
+// parallel or not; I, G, X are the problem's [K] outputs. Returns the number of picks.
+template <typename T, typename PFor>
+int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int64_t Q, int64_t K,
+                 bool weighted, bool lazy, bool parallel, int64_t threads, const PFor& pfor,
+                 int32_t* I, T* G, T* X) {
+  std::vector<T> cover(Q * N, T(0));
+  std::vector<char> avail(N);
+  for (int64_t j = 0; j < N; ++j) avail[j] = V[j];
+  int32_t taken = 0;
+  T value = 0;
+  auto gain = [&](int64_t j) {
+    const T* row = S + j * N;
+    T g = 0;
+    for (int64_t q = 0; q < Q; ++q)
+      g += weighted ? RowGain<T, true>(row, cover.data() + q * N, W[q * N + j], N)
+                    : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
+    return g;
+  };
+  auto scan = [&](int64_t lo, int64_t hi) {
+    Best<T> best;
+    for (int64_t j = lo; j < hi; ++j) {
+      if (!avail[j]) continue;
+      T g = gain(j);
+      if (g > best.crit) best = {g, j};
+    }
+    return best;
+  };
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, N * Q));
+  // Lazy (CELF): a max-heap of stale upper bounds ordered by (bound desc, index asc). Float
+  // gains never grow as the cover grows (each relu term is monotone and the summation order
+  // is fixed), so a bound is safe; a fresh top beats every other bound, and on equal bounds
+  // the lower index, so the pick is dense greedy's.
+  std::vector<int32_t> stamp;  // step at which a candidate's bound was last evaluated
+  std::vector<std::pair<T, int64_t>> heap;  // (bound, index), max-heap, inline keys
+  auto above = [](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  // The top's key only ever decreases (or the top leaves): one sift-down per change.
+  auto sift_down = [&](size_t i) {
+    const size_t n = heap.size();
+    auto item = heap[i];
+    while (true) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && above(heap[c + 1], heap[c])) ++c;
+      if (!above(heap[c], item)) break;
+      heap[i] = heap[c];
+      i = c;
+    }
+    heap[i] = item;
+  };
+  const int64_t parts = 4 * (threads + 1);
+  auto dense_best = [&]() {
+    Best<T> best;
+    if (!parallel) return scan(0, N);
+    std::vector<Best<T>> part(parts);
+    pfor(parts, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t p = lo; p < hi; ++p) part[p] = scan(N * p / parts, N * (p + 1) / parts);
+    });
+    for (const auto& p : part)  // in index order: strict > keeps the lowest index on ties
+      if (p.j >= 0 && (best.j < 0 || p.crit > best.crit)) best = p;
+    return best;
+  };
+  int64_t step = 0;
+  for (; step < K; ++step) {
+    Best<T> best;
+    if (!lazy) {
+      best = dense_best();
+    } else if (step == 0) {
+      std::vector<T> g(N, T(0));
+      stamp.assign(N, 0);
+      auto eval = [&](int64_t lo, int64_t hi) {
+        for (int64_t j = lo; j < hi; ++j)
+          if (avail[j]) g[j] = gain(j);
+      };
+      if (parallel) pfor(N, grain, eval);
+      else eval(0, N);
+      for (int64_t j = 0; j < N; ++j)
+        if (avail[j]) heap.emplace_back(g[j], j);
+      for (size_t i = heap.size() / 2; i-- > 0;) sift_down(i);
+      if (!heap.empty()) best = {heap[0].first, heap[0].second};
+    } else {
+      while (!heap.empty()) {
+        const int64_t j = heap[0].second;
+        if (stamp[j] == step) {
+          best = {heap[0].first, j};
+          break;
+        }
+        // One evaluation at a time, even for one large problem: re-evaluations read random
+        // rows and are memory bound; batches of them on all threads measured no faster.
+        heap[0].first = gain(j);
+        stamp[j] = static_cast<int32_t>(step);
+        sift_down(0);
+      }
+    }
+    if (best.j < 0 || best.crit < floor) break;
+    const int64_t j = best.j;
+    const T* row = S + j * N;
+    for (int64_t q = 0; q < Q; ++q) {
+      T* c = cover.data() + q * N;
+      const T r = weighted ? W[q * N + j] : T(1);
+      for (int64_t i = 0; i < N; ++i) {
+        const T x = weighted ? r * row[i] : row[i];
+        c[i] = x > c[i] ? x : c[i];
+      }
+    }
+    value = 0;
+    for (int64_t q = 0; q < Q; ++q) value += Sum(cover.data() + q * N, N);
+    avail[j] = 0;
+    if (lazy) {  // j is the heap's top: replace it by the last entry
+      heap[0] = heap.back();
+      heap.pop_back();
+      if (!heap.empty()) sift_down(0);
+    }
+    I[step] = static_cast<int32_t>(j);
+    G[step] = best.crit;
+    X[step] = value;
+    ++taken;
+  }
+  for (; step < K; ++step) {
+    I[step] = -1;
+    G[step] = 0;
+    X[step] = value;
+  }
+  return taken;
+}
+
+template <typename T>
+ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, ffi::Buffer<ffi::PRED> valid,
+                  ffi::AnyBuffer min_gain, ffi::Result<ffi::Buffer<ffi::S32>> indices,
+                  ffi::Result<ffi::AnyBuffer> gains, ffi::Result<ffi::AnyBuffer> values,
+                  ffi::Result<ffi::Buffer<ffi::S32>> count, bool weighted, bool lazy) {
+  auto rd = rows.dimensions(), wd = w.dimensions(), vd = valid.dimensions(), md = min_gain.dimensions();
+  auto od = indices->dimensions();
+  const int64_t nb = static_cast<int64_t>(od.size()) - 1;
+  if (nb < 0 || static_cast<int64_t>(rd.size()) != nb + 2 || static_cast<int64_t>(wd.size()) != nb + 2 ||
+      static_cast<int64_t>(vd.size()) != nb + 1 || static_cast<int64_t>(md.size()) != nb)
+    return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent ranks");
+  const int64_t N = rd[nb + 1], K = od[nb], Q = weighted ? wd[nb] : 1;
+  if (rd[nb] != N || vd[nb] != N || (weighted && wd[nb + 1] != N))
+    return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent shapes");
+  Batch batch;
+  for (int64_t d = 0; d < nb; ++d) {
+    batch.out_dims.push_back(od[d]);
+    batch.count *= od[d];
+  }
+  const T* rp = reinterpret_cast<const T*>(rows.untyped_data());
+  const T* wp = reinterpret_cast<const T*>(w.untyped_data());
+  const bool* vp = valid.typed_data();
+  const T* mp = reinterpret_cast<const T*>(min_gain.untyped_data());
+  int32_t* ip = indices->typed_data();
+  T* gp = reinterpret_cast<T*>(gains->untyped_data());
+  T* xp = reinterpret_cast<T*>(values->untyped_data());
+  int32_t* cp = count->typed_data();
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  // Spread problems over the threads when there are enough of them, else each step's rows.
+  const bool by_problem = batch.count >= 2 * threads || N * N * Q < (int64_t(1) << 18);
+  auto pfor = [&](int64_t total, int64_t grain, const auto& fn) { ParallelFor(pool, total, grain, fn); };
+  auto solve = [&](int64_t b) {
+    cp[b] = SolveOne<T>(rp + batch.Offset(b, rd, N * N), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
+                        vp + batch.Offset(b, vd, N), mp[batch.Offset(b, md, 1)], N, Q, K, weighted, lazy,
+                        !by_problem, threads, pfor, ip + b * K, gp + b * K, xp + b * K);
+  };
+  if (by_problem) {
+    ParallelFor(pool, batch.count, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) solve(b);
+    });
+  } else {
+    for (int64_t b = 0; b < batch.count; ++b) solve(b);
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CoverGreedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, ffi::Buffer<ffi::PRED> valid,
+                       ffi::AnyBuffer min_gain, ffi::Result<ffi::Buffer<ffi::S32>> indices,
+                       ffi::Result<ffi::AnyBuffer> gains, ffi::Result<ffi::AnyBuffer> values,
+                       ffi::Result<ffi::Buffer<ffi::S32>> count, bool weighted, bool lazy) {
+  auto t = rows.element_type();
+  if (w.element_type() != t || min_gain.element_type() != t || gains->element_type() != t ||
+      values->element_type() != t)
+    return ffi::Error::InvalidArgument("jaxsel_cover_greedy: mixed dtypes");
+  if (t == ffi::DataType::F32)
+    return Greedy<float>(pool, rows, w, valid, min_gain, indices, gains, values, count, weighted, lazy);
+  if (t == ffi::DataType::F64)
+    return Greedy<double>(pool, rows, w, valid, min_gain, indices, gains, values, count, weighted, lazy);
+  return ffi::Error::InvalidArgument("jaxsel_cover_greedy: float32 or float64 only");
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGains, CoverGains,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<bool>("weighted"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, CoverGreedy,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attr<bool>("weighted")
+                                  .Attr<bool>("lazy"));

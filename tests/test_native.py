@@ -1,0 +1,139 @@
+"""The C++ kernels (`jaxsel/csrc/greedy.cc`) against the pure-XLA path and brute force.
+
+test_greedy.py runs every greedy test on both paths; here: the kernel is really built where
+a compiler exists (CI), gains and picks equal the XLA path's, batching rules, and the
+fallback when no compiler works."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsel
+import reference as ref
+from jaxsel import _native, objectives
+from test_objectives import _instance
+
+
+def test_kernel_is_built_and_used():
+  """CI has g++: the kernel must load, not fall back silently."""
+  sim, rel, valid = _instance(20, seed=0)
+  jaxsel.greedy(jaxsel.facility_location(sim, rel, valid=valid), k=3)
+  assert _native.status().get("greedy") == "loaded", _native.status()
+  assert objectives._native_applies(jnp.zeros((2, 2), jnp.float32))
+  hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3)).lower(jaxsel.coverage(sim)).as_text()
+  assert "jaxsel_cover_greedy" in hlo
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("q", [None, 1, 3])
+def test_gains_equal_xla(dtype, q):
+  with jax.enable_x64(dtype == jnp.float64):
+    rng = np.random.default_rng(3)
+    n = 133  # not a multiple of the vector width: the masked tail is exercised
+    sim, rel, valid = _instance(n, q=q or 1, seed=4, pad=9)
+    obj = jaxsel.facility_location(np.asarray(sim, dtype), None if q is None else np.asarray(rel, dtype),
+                                   valid=valid)
+    state = obj.update(obj.update(obj.init(), 5), 17)
+    idx = jnp.asarray(rng.integers(0, n, 40), jnp.int32)
+    native_all, native_idx = obj.gains(state), obj.gains(state, idx)
+    assert native_all.dtype == dtype
+    with _native.disabled():
+      xla_all, xla_idx = obj.gains(state), obj.gains(state, idx)
+    tol = 1e-6 if dtype == jnp.float32 else 1e-12
+    np.testing.assert_allclose(native_all, xla_all, rtol=tol, atol=tol)
+    np.testing.assert_allclose(native_idx, xla_idx, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(native_idx, np.asarray(native_all)[np.asarray(idx)])
+
+
+@pytest.mark.parametrize("method", ["dense", "lazy"])
+def test_picks_equal_xla_path_and_bruteforce(method):
+  sim, rel, valid = _instance(300, q=2, d=12, seed=5, pad=20)
+  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  native = jaxsel.greedy(obj, k=60, method=method)
+  with _native.disabled():
+    xla = jaxsel.greedy(obj, k=60, method=method)
+  np.testing.assert_array_equal(native.indices, xla.indices)
+  np.testing.assert_allclose(native.gains, xla.gains, rtol=1e-5)
+  np.testing.assert_allclose(native.values, xla.values, rtol=1e-5)
+  f = lambda m: ref.fl_value(np.asarray(sim), np.asarray(rel), m, np.asarray(valid))
+  picks, gains, values = ref.greedy(f, 300, 8, valid=np.asarray(valid))
+  np.testing.assert_array_equal(native.indices[:8], picks)
+  np.testing.assert_allclose(native.values[:8], values, rtol=1e-5)
+
+
+def test_vmap_over_min_gain_only_broadcasts_the_objective():
+  """`expand_dims` batching: an unbatched objective against a batch of thresholds."""
+  sim, rel, valid = _instance(60, seed=6)
+  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  full = jaxsel.greedy(obj, k=20)
+  floors = jnp.asarray([0.0, float(full.gains[3]), float(full.gains[10]), 1e9], jnp.float32)
+  for method in ("dense", "lazy"):
+    batch = jax.jit(jax.vmap(lambda m: jaxsel.greedy(obj, k=20, min_gain=m, method=method)))(floors)
+    for b, m in enumerate(floors):
+      one = jaxsel.greedy(obj, k=20, min_gain=m, method=method)
+      np.testing.assert_array_equal(batch.indices[b], one.indices)
+      assert int(batch.count[b]) == int(one.count)
+    assert [int(c) for c in batch.count] == [20, 4, 11, 0]
+
+
+def test_nested_vmap():
+  sims = np.stack([np.stack([_instance(30, seed=10 * a + b)[0] for b in range(3)]) for a in range(2)])
+  objs = jax.vmap(jax.vmap(jaxsel.coverage))(jnp.asarray(sims))
+  out = jax.vmap(jax.vmap(lambda o: jaxsel.greedy(o, k=5)))(objs)
+  for a in range(2):
+    for b in range(3):
+      np.testing.assert_array_equal(out.indices[a, b], jaxsel.greedy(jaxsel.coverage(sims[a, b]), k=5).indices)
+
+
+def test_single_large_problem_spreads_steps_over_threads():
+  """N² above the per-problem threshold: one problem, the parallel step paths."""
+  sim, rel, valid = _instance(700, d=16, seed=7, pad=13)
+  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  dense, lazy = jaxsel.greedy(obj, k=30, method="dense"), jaxsel.greedy(obj, k=30, method="lazy")
+  with _native.disabled():
+    xla = jaxsel.greedy(obj, k=30, method="dense")
+  np.testing.assert_array_equal(dense.indices, xla.indices)
+  np.testing.assert_array_equal(lazy.indices, xla.indices)
+
+
+def test_no_compiler_falls_back_to_xla(tmp_path):
+  """A compiler that fails: a warning naming the reason, the XLA path, the same picks."""
+  code = textwrap.dedent("""
+      import numpy as np, jaxsel
+      from jaxsel import _native
+      rng = np.random.default_rng(0)
+      x = rng.normal(size=(40, 8))
+      sel = jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=5)
+      print("STATUS", _native.status()["greedy"].splitlines()[0])
+      print("PICKS", list(map(int, sel.indices)))
+  """)
+  env = dict(os.environ, JAXSEL_CXX="false", JAXSEL_CACHE_DIR=str(tmp_path))
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert "STATUS RuntimeError" in out.stdout and "using the XLA path instead" in out.stderr
+  picks = out.stdout.split("PICKS ")[1].strip()
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(40, 8))
+  expected = jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=5).indices
+  assert picks == str(list(map(int, expected)))
+  assert not list(tmp_path.rglob("*.so"))
+
+
+def test_build_is_cached(tmp_path):
+  """The first use builds into the cache (atomically renamed); the next process reuses it."""
+  code = "import jax.numpy as jnp; from jaxsel import objectives; print(objectives._native_applies(jnp.zeros((2, 2))))"
+  env = dict(os.environ, JAXSEL_CACHE_DIR=str(tmp_path))
+  stamps = []
+  for _ in range(2):
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.stdout.strip() == "True", out.stderr
+    libs = list(tmp_path.rglob("*.so"))
+    assert len(libs) == 1 and not list(tmp_path.rglob(".greedy-*"))
+    stamps.append(libs[0].stat().st_mtime_ns)
+  assert stamps[0] == stamps[1]
