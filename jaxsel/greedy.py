@@ -137,30 +137,36 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
   return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
 
 
-def _native_greedy(obj, min_gain, *, k, lazy):
-  """Dense greedy on facility location / coverage as one C++ call (`csrc/greedy.cc`): the
-  steps of `_run` for `method="dense"` without costs, with the same gain code as the native
-  gains lazy greedy uses, so the picks equal lazy's. Each problem's matrix stays in cache
-  for all k steps and a batch runs its problems on all cores."""
+def _native_greedy(obj, costs, budget, min_gain, *, k, lazy, ratio):
+  """`_run` for facility location / coverage as one C++ call (`csrc/greedy.cc`): dense steps,
+  or lazy ones (CELF with a heap), with or without costs, the same rules as `_run` and the
+  same gain code as the native gains kernel, so dense and lazy picks agree exactly. Each
+  problem's matrix stays in cache for all k steps and a batch runs on all cores."""
   n = obj.num_candidates
   dtype = obj.sim_t.dtype
   weighted = obj.relevance is not None
   w = obj.relevance.astype(dtype) if weighted else jnp.zeros((1, 1), dtype)
+  has_costs = costs is not None
+  costs = costs.astype(jnp.float32) if has_costs else jnp.zeros((n,), jnp.float32)
+  budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
   floor = jnp.asarray(-jnp.inf if min_gain is None else min_gain, dtype)
   call = jax.ffi.ffi_call(
       "jaxsel_cover_greedy",
       (jax.ShapeDtypeStruct((k,), jnp.int32), jax.ShapeDtypeStruct((k,), dtype),
-       jax.ShapeDtypeStruct((k,), dtype), jax.ShapeDtypeStruct((), jnp.int32)),
+       jax.ShapeDtypeStruct((k,), dtype), jax.ShapeDtypeStruct((), jnp.int32),
+       jax.ShapeDtypeStruct((), jnp.float32)),
       vmap_method="expand_dims")
-  indices, gains, values, count = call(obj.sim_t, w, obj.valid, floor, weighted=weighted, lazy=lazy)
-  return Selection(indices, gains, values, count, jnp.zeros((), jnp.float32))
+  indices, gains, values, count, cost = call(
+      obj.sim_t, w, obj.valid, costs, budget, floor,
+      weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio)
+  return Selection(indices, gains, values, count, cost)
 
 
 def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
   n = obj.num_candidates
-  if (method in ("dense", "lazy") and costs is None and k and n and isinstance(obj, FacilityLocation)
+  if (method in ("dense", "lazy") and k and n and isinstance(obj, FacilityLocation)
       and obj.sim_t.shape[-2] == n and _native_applies(obj.sim_t)):
-    return _native_greedy(obj, min_gain, k=k, lazy=method == "lazy")
+    return _native_greedy(obj, costs, budget, min_gain, k=k, lazy=method == "lazy", ratio=ratio)
   dtype = obj.sim_t.dtype if hasattr(obj, "sim_t") else jnp.float32
   anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state
   state0 = jax.tree.map(lambda x: x + anchor.astype(x.dtype), obj.init())
@@ -334,7 +340,7 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     # faster than 32 at N = 6000 and 10000 on an idle 2-core CPU.
     block = 48 if n >= _GATHER_MIN_N else min(n, max(4, min(32, n // 16)))
     if method == "lazy" and n <= _LAZY_MIN_N and not (
-        costs is None and isinstance(objective, FacilityLocation) and _native_applies(objective.sim_t)):
+        isinstance(objective, FacilityLocation) and _native_applies(objective.sim_t)):
       # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
       # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
       method = "dense"

@@ -26,8 +26,9 @@ def test_kernel_is_built_and_used():
   jaxsel.greedy(jaxsel.facility_location(sim, rel, valid=valid), k=3)
   assert _native.status().get("greedy") == "loaded", _native.status()
   assert objectives._native_applies(jnp.zeros((2, 2), jnp.float32))
-  hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3)).lower(jaxsel.coverage(sim)).as_text()
-  assert "jaxsel_cover_greedy" in hlo
+  for kw in (dict(), dict(method="dense"), dict(costs=np.ones(20, np.float32), budget=2.0)):
+    hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3, **kw)).lower(jaxsel.coverage(sim)).as_text()
+    assert "jaxsel_cover_greedy" in hlo, kw
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
@@ -137,3 +138,27 @@ def test_build_is_cached(tmp_path):
     assert len(libs) == 1 and not list(tmp_path.rglob(".greedy-*"))
     stamps.append(libs[0].stat().st_mtime_ns)
   assert stamps[0] == stamps[1]
+
+
+@pytest.mark.parametrize("method", ["dense", "lazy"])
+def test_budgeted_equals_xla_path(method):
+  """Costs (some free, some over budget), a batch of budgets, min_gain: native == XLA."""
+  sim, rel, valid = _instance(200, q=2, d=10, seed=8, pad=15)
+  rng = np.random.default_rng(8)
+  costs = rng.integers(0, 40, 200).astype(np.float32)
+  costs[:3] = 0  # free candidates: the cost-benefit criterion is +inf for them
+  costs[3:6] = 500  # never affordable
+  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  budgets = jnp.asarray([0.0, 35.0, 120.0, 400.0], jnp.float32)
+  run = lambda b, m: jaxsel.greedy(obj, k=25, costs=costs, budget=b, min_gain=m, method=method)
+  for min_gain in (None, 0.05):
+    native = jax.jit(jax.vmap(lambda b: run(b, min_gain)))(budgets)
+    with _native.disabled():
+      xla = jax.jit(jax.vmap(lambda b: run(b, min_gain)))(budgets)
+    np.testing.assert_array_equal(native.indices, xla.indices)
+    np.testing.assert_array_equal(native.count, xla.count)
+    np.testing.assert_allclose(native.cost, xla.cost, rtol=1e-6)
+    np.testing.assert_allclose(native.values, xla.values, rtol=1e-5)
+    assert (np.asarray(native.cost) <= np.asarray(budgets)).all()
+    picked = np.asarray(native.indices)
+    assert not np.isin(picked, [3, 4, 5]).any()

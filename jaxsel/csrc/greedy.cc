@@ -231,33 +231,56 @@ ffi::Error CoverGains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer 
 }
 
 
-// Dense greedy for facility location / coverage, the whole loop in one call per problem:
-// each step evaluates every available candidate's gain with RowGain (the same code as
-// jaxsel_cover_gains, so dense and lazy picks agree exactly), takes the highest (lowest
-// index on ties), stops when none is left or the gain is below min_gain, and updates the
-// cover. A problem's matrix stays in cache for all k steps. Problems of a batch run in
-// parallel; a single large problem spreads each step's rows over the threads instead.
+// Greedy for facility location / coverage, the whole loop in one call per problem: each
+// step takes the available candidate with the highest criterion (the gain, or gain per unit
+// cost), lowest index on ties, stops when none is left or the gain is below min_gain, and
+// updates the cover. Gains come from RowGain, the code jaxsel_cover_gains uses, so every
+// path agrees on them bit for bit. Dense steps evaluate every candidate; lazy steps (CELF)
+// re-evaluate stale upper bounds from a heap until a fresh one is on top. A problem's matrix
+// stays in cache for all k steps; problems of a batch run in parallel, a single large
+// problem spreads its dense passes over the threads instead.
+//
+// With costs (float32, like the XLA path): a candidate is available while its cost fits in
+// budget − spent (float32 arithmetic, as jnp does it), and with `ratio` the criterion is
+// gain / cost (a free candidate with a positive gain: +inf; with none: 0).
 //
 // rows [..., N, N], w [..., Q, N] (relevance, ignored unless weighted), valid [..., N] pred,
-// min_gain [...] (−inf: none) → indices [..., K] s32, gains [..., K], values [..., K],
-// count [...] s32.
+// costs [..., N] f32 (ignored unless has_costs), budget [...] f32, min_gain [...] (−inf:
+// none) → indices [..., K] s32, gains [..., K], values [..., K], count [...] s32,
+// cost [...] f32.
 template <typename T>
 struct Best {
   T crit = -std::numeric_limits<T>::infinity();
   int64_t j = -1;
+  T gain = 0;
+};
+
+struct Problem {
+  int64_t N, Q, K;
+  bool weighted, lazy, ratio;
 };
 
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
-// parallel or not; I, G, X are the problem's [K] outputs. Returns the number of picks.
+// parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost.
 template <typename T, typename PFor>
-int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int64_t Q, int64_t K,
-                 bool weighted, bool lazy, bool parallel, int64_t threads, const PFor& pfor,
-                 int32_t* I, T* G, T* X) {
+int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const float* C, float budget,
+                 T floor, bool parallel, int64_t threads, const PFor& pfor, int32_t* I, T* G, T* X,
+                 float* spent_out) {
+  const int64_t N = pr.N, Q = pr.Q, K = pr.K;
+  const bool weighted = pr.weighted, lazy = pr.lazy, ratio = pr.ratio && C != nullptr;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
   std::vector<T> cover(Q * N, T(0));
   std::vector<char> avail(N);
   for (int64_t j = 0; j < N; ++j) avail[j] = V[j];
   int32_t taken = 0;
   T value = 0;
+  float spent = 0;
+  auto fits = [&](int64_t j) { return C == nullptr || C[j] <= budget - spent; };
+  auto crit_of = [&](T g, int64_t j) -> T {
+    if (!ratio) return g;
+    const float c = C[j];
+    return c > 0 ? g / static_cast<T>(c) : (g > 0 ? kInf : T(0));
+  };
   auto gain = [&](int64_t j) {
     const T* row = S + j * N;
     T g = 0;
@@ -269,18 +292,20 @@ int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int6
   auto scan = [&](int64_t lo, int64_t hi) {
     Best<T> best;
     for (int64_t j = lo; j < hi; ++j) {
-      if (!avail[j]) continue;
-      T g = gain(j);
-      if (g > best.crit) best = {g, j};
+      if (!avail[j] || !fits(j)) continue;
+      const T g = gain(j), c = crit_of(g, j);
+      if (c > best.crit || best.j < 0) best = {c, j, g};
     }
     return best;
   };
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, N * Q));
-  // Lazy (CELF): a max-heap of stale upper bounds ordered by (bound desc, index asc). Float
-  // gains never grow as the cover grows (each relu term is monotone and the summation order
-  // is fixed), so a bound is safe; a fresh top beats every other bound, and on equal bounds
-  // the lower index, so the pick is dense greedy's.
+  // Lazy (CELF): a max-heap of stale upper bounds of the criterion, ordered by (bound desc,
+  // index asc). Float gains never grow as the cover grows (each relu term is monotone and the
+  // summation order is fixed), so a bound is safe; a fresh top beats every other bound, and on
+  // equal bounds the lower index, so the pick is dense greedy's. A candidate that no longer
+  // fits the budget never will again: it leaves the heap when it reaches the top.
   std::vector<int32_t> stamp;  // step at which a candidate's bound was last evaluated
+  std::vector<T> fresh;        // its gain then
   std::vector<std::pair<T, int64_t>> heap;  // (bound, index), max-heap, inline keys
   auto above = [](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
@@ -299,6 +324,11 @@ int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int6
     }
     heap[i] = item;
   };
+  auto pop_top = [&]() {
+    heap[0] = heap.back();
+    heap.pop_back();
+    if (!heap.empty()) sift_down(0);
+  };
   const int64_t parts = 4 * (threads + 1);
   auto dense_best = [&]() {
     Best<T> best;
@@ -316,34 +346,39 @@ int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int6
     Best<T> best;
     if (!lazy) {
       best = dense_best();
-    } else if (step == 0) {
-      std::vector<T> g(N, T(0));
-      stamp.assign(N, 0);
-      auto eval = [&](int64_t lo, int64_t hi) {
-        for (int64_t j = lo; j < hi; ++j)
-          if (avail[j]) g[j] = gain(j);
-      };
-      if (parallel) pfor(N, grain, eval);
-      else eval(0, N);
-      for (int64_t j = 0; j < N; ++j)
-        if (avail[j]) heap.emplace_back(g[j], j);
-      for (size_t i = heap.size() / 2; i-- > 0;) sift_down(i);
-      if (!heap.empty()) best = {heap[0].first, heap[0].second};
     } else {
+      if (step == 0) {
+        fresh.assign(N, T(0));
+        stamp.assign(N, 0);
+        auto eval = [&](int64_t lo, int64_t hi) {
+          for (int64_t j = lo; j < hi; ++j)
+            if (avail[j] && fits(j)) fresh[j] = gain(j);
+        };
+        if (parallel) pfor(N, grain, eval);
+        else eval(0, N);
+        for (int64_t j = 0; j < N; ++j)
+          if (avail[j] && fits(j)) heap.emplace_back(crit_of(fresh[j], j), j);
+        for (size_t i = heap.size() / 2; i-- > 0;) sift_down(i);
+      }
       while (!heap.empty()) {
         const int64_t j = heap[0].second;
+        if (!fits(j)) {
+          pop_top();
+          continue;
+        }
         if (stamp[j] == step) {
-          best = {heap[0].first, j};
+          best = {heap[0].first, j, fresh[j]};
           break;
         }
         // One evaluation at a time, even for one large problem: re-evaluations read random
         // rows and are memory bound; batches of them on all threads measured no faster.
-        heap[0].first = gain(j);
+        fresh[j] = gain(j);
         stamp[j] = static_cast<int32_t>(step);
+        heap[0].first = crit_of(fresh[j], j);
         sift_down(0);
       }
     }
-    if (best.j < 0 || best.crit < floor) break;
+    if (best.j < 0 || best.gain < floor) break;
     const int64_t j = best.j;
     const T* row = S + j * N;
     for (int64_t q = 0; q < Q; ++q) {
@@ -357,13 +392,10 @@ int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int6
     value = 0;
     for (int64_t q = 0; q < Q; ++q) value += Sum(cover.data() + q * N, N);
     avail[j] = 0;
-    if (lazy) {  // j is the heap's top: replace it by the last entry
-      heap[0] = heap.back();
-      heap.pop_back();
-      if (!heap.empty()) sift_down(0);
-    }
+    if (C != nullptr) spent += C[j];
+    if (lazy) pop_top();  // j is the heap's top
     I[step] = static_cast<int32_t>(j);
-    G[step] = best.crit;
+    G[step] = best.gain;
     X[step] = value;
     ++taken;
   }
@@ -372,22 +404,28 @@ int32_t SolveOne(const T* S, const T* W, const bool* V, T floor, int64_t N, int6
     G[step] = 0;
     X[step] = value;
   }
+  *spent_out = spent;
   return taken;
 }
 
 template <typename T>
 ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, ffi::Buffer<ffi::PRED> valid,
-                  ffi::AnyBuffer min_gain, ffi::Result<ffi::Buffer<ffi::S32>> indices,
-                  ffi::Result<ffi::AnyBuffer> gains, ffi::Result<ffi::AnyBuffer> values,
-                  ffi::Result<ffi::Buffer<ffi::S32>> count, bool weighted, bool lazy) {
+                  ffi::Buffer<ffi::F32> costs, ffi::Buffer<ffi::F32> budget, ffi::AnyBuffer min_gain,
+                  ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
+                  ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
+                  ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
+                  bool ratio) {
   auto rd = rows.dimensions(), wd = w.dimensions(), vd = valid.dimensions(), md = min_gain.dimensions();
+  auto kd = costs.dimensions(), bd = budget.dimensions();
   auto od = indices->dimensions();
   const int64_t nb = static_cast<int64_t>(od.size()) - 1;
   if (nb < 0 || static_cast<int64_t>(rd.size()) != nb + 2 || static_cast<int64_t>(wd.size()) != nb + 2 ||
-      static_cast<int64_t>(vd.size()) != nb + 1 || static_cast<int64_t>(md.size()) != nb)
+      static_cast<int64_t>(vd.size()) != nb + 1 || static_cast<int64_t>(md.size()) != nb ||
+      static_cast<int64_t>(kd.size()) != nb + 1 || static_cast<int64_t>(bd.size()) != nb)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent ranks");
-  const int64_t N = rd[nb + 1], K = od[nb], Q = weighted ? wd[nb] : 1;
-  if (rd[nb] != N || vd[nb] != N || (weighted && wd[nb + 1] != N))
+  Problem pr{rd[nb + 1], weighted ? wd[nb] : 1, od[nb], weighted, lazy, ratio};
+  const int64_t N = pr.N, Q = pr.Q, K = pr.K;
+  if (rd[nb] != N || vd[nb] != N || (weighted && wd[nb + 1] != N) || (has_costs && kd[nb] != N))
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent shapes");
   Batch batch;
   for (int64_t d = 0; d < nb; ++d) {
@@ -397,19 +435,23 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   const T* rp = reinterpret_cast<const T*>(rows.untyped_data());
   const T* wp = reinterpret_cast<const T*>(w.untyped_data());
   const bool* vp = valid.typed_data();
+  const float* kp = costs.typed_data();
+  const float* bp = budget.typed_data();
   const T* mp = reinterpret_cast<const T*>(min_gain.untyped_data());
   int32_t* ip = indices->typed_data();
   T* gp = reinterpret_cast<T*>(gains->untyped_data());
   T* xp = reinterpret_cast<T*>(values->untyped_data());
   int32_t* cp = count->typed_data();
+  float* sp = cost->typed_data();
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   // Spread problems over the threads when there are enough of them, else each step's rows.
   const bool by_problem = batch.count >= 2 * threads || N * N * Q < (int64_t(1) << 18);
   auto pfor = [&](int64_t total, int64_t grain, const auto& fn) { ParallelFor(pool, total, grain, fn); };
   auto solve = [&](int64_t b) {
-    cp[b] = SolveOne<T>(rp + batch.Offset(b, rd, N * N), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
-                        vp + batch.Offset(b, vd, N), mp[batch.Offset(b, md, 1)], N, Q, K, weighted, lazy,
-                        !by_problem, threads, pfor, ip + b * K, gp + b * K, xp + b * K);
+    cp[b] = SolveOne<T>(pr, rp + batch.Offset(b, rd, N * N), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
+                        vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
+                        bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
+                        ip + b * K, gp + b * K, xp + b * K, sp + b);
   };
   if (by_problem) {
     ParallelFor(pool, batch.count, 1, [&](int64_t lo, int64_t hi) {
@@ -422,17 +464,21 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
 }
 
 ffi::Error CoverGreedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, ffi::Buffer<ffi::PRED> valid,
-                       ffi::AnyBuffer min_gain, ffi::Result<ffi::Buffer<ffi::S32>> indices,
-                       ffi::Result<ffi::AnyBuffer> gains, ffi::Result<ffi::AnyBuffer> values,
-                       ffi::Result<ffi::Buffer<ffi::S32>> count, bool weighted, bool lazy) {
+                       ffi::Buffer<ffi::F32> costs, ffi::Buffer<ffi::F32> budget, ffi::AnyBuffer min_gain,
+                       ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
+                       ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
+                       ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
+                       bool ratio) {
   auto t = rows.element_type();
   if (w.element_type() != t || min_gain.element_type() != t || gains->element_type() != t ||
       values->element_type() != t)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: mixed dtypes");
   if (t == ffi::DataType::F32)
-    return Greedy<float>(pool, rows, w, valid, min_gain, indices, gains, values, count, weighted, lazy);
+    return Greedy<float>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
+                         weighted, lazy, has_costs, ratio);
   if (t == ffi::DataType::F64)
-    return Greedy<double>(pool, rows, w, valid, min_gain, indices, gains, values, count, weighted, lazy);
+    return Greedy<double>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
+                          weighted, lazy, has_costs, ratio);
   return ffi::Error::InvalidArgument("jaxsel_cover_greedy: float32 or float64 only");
 }
 
@@ -454,10 +500,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, CoverGreedy,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<bool>("weighted")
-                                  .Attr<bool>("lazy"));
+                                  .Attr<bool>("lazy")
+                                  .Attr<bool>("has_costs")
+                                  .Attr<bool>("ratio"));
