@@ -105,8 +105,9 @@ def _build(name: str) -> ctypes.CDLL:
   include = jax.ffi.include_dir()
   cmd = [*cxx, *_FLAGS, *_march(), f"-I{include}"]
   import jaxlib
+  headers = [h.read_text() for h in sorted(_SRC.glob("*.h"))]  # shared by every kernel
   key = hashlib.sha256("\0".join([
-      src.read_text(), " ".join(cmd), jaxlib.__version__, _cpu_signature()]).encode()).hexdigest()[:16]
+      src.read_text(), *headers, " ".join(cmd), jaxlib.__version__, _cpu_signature()]).encode()).hexdigest()[:16]
   out = _cache_dir() / f"{name}-{key}.so"
   if not out.exists():
     try:
