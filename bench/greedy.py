@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxsel
+from jaxsel import _native
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -51,6 +52,13 @@ def timed(fn, *, repeats: int, budget_s: float):
     if time.perf_counter() - start > budget_s:
       break
   return times, outs
+
+
+def _native_state() -> str:
+  """Whether jaxsel's C++ greedy kernels are in use (built now if they were not yet)."""
+  from jaxsel import objectives
+  objectives._native_applies(np.zeros((2, 2), np.float32))
+  return _native.status().get("greedy", "not asked for")
 
 
 def med(times) -> float:
@@ -144,9 +152,13 @@ def single(n: int, k: int, repeats: int, peers: list[str], slow_max_n: int, budg
   floor = jax.jit(streaming_floor, static_argnames="k")
   floor(obj.sim_t, k=k).block_until_ready()
   floor_times = []
-  for method in ("dense", "lazy"):
+  for method, native in (("dense", True), ("lazy", True), ("dense", False), ("lazy", False)):
+    # Native: the C++ kernels (CPU default); "XLA path": the pure-JAX code with them off
+    # (what saturated coverage and accelerators run).
+    ctx = contextlib.nullcontext() if native else _native.disabled()
+    ctx.__enter__()
     def run():
-      if method == "dense":  # interleaved, so the floor sees the same machine load
+      if method == "dense" and native:  # interleaved, so the floor sees the same machine load
         t = time.perf_counter()
         floor(obj.sim_t, k=k).block_until_ready()
         floor_times.append(time.perf_counter() - t)
@@ -161,8 +173,10 @@ def single(n: int, k: int, repeats: int, peers: list[str], slow_max_n: int, budg
     picks = np.asarray(out.indices)
     if ref is None:
       ref = picks
-    rows.append(dict(lib="jaxsel", method=method, median=med(times), runs=len(times),
-                     compile=max(first_s - med(times), 0.0), prep=prep, same=float((picks == ref).mean())))
+    ctx.__exit__(None, None, None)
+    rows.append(dict(lib="jaxsel", method=method if native else f"{method} (XLA path)", median=med(times),
+                     runs=len(times), compile=max(first_s - med(times), 0.0), prep=prep,
+                     same=float((picks == ref).mean())))
 
   def peer(lib, method, fn, *, runs=repeats):
     times, outs = timed(fn, repeats=runs, budget_s=budget_s)
@@ -204,7 +218,10 @@ def batch(b: int, n: int, k: int, repeats: int, peers: list[str], budget_s: floa
   load0 = load()
 
   built = jaxsel.facility_location(sims)
-  for method, prebuilt in (("dense", False), ("lazy", False), ("dense", True), ("lazy", True)):
+  for method, prebuilt, native in (("dense", False, True), ("lazy", False, True), ("dense", True, True),
+                                   ("lazy", True, True), ("dense", True, False)):
+    ctx = contextlib.nullcontext() if native else _native.disabled()
+    ctx.__enter__()
     solve = jax.jit(jax.vmap(lambda o: jaxsel.greedy(o, k=k, method=method)))
     run = lambda: jax.block_until_ready(solve(built if prebuilt else jaxsel.facility_location(sims)))
     t = time.perf_counter()
@@ -214,7 +231,9 @@ def batch(b: int, n: int, k: int, repeats: int, peers: list[str], budget_s: floa
     picks = np.asarray(outs[-1].indices)
     if ref is None:
       ref = picks
+    ctx.__exit__(None, None, None)
     what = "objective built once, solve only" if prebuilt else "objective built from NumPy + solve"
+    what += "" if native else "; XLA path"
     rows.append(dict(lib="jaxsel", method=f"{method} (jit+vmap; {what})", median=med(times), runs=len(times),
                      compile=max(first_s - med(times), 0.0), same=float((picks == ref).mean())))
 
@@ -315,7 +334,8 @@ def main(argv=None):
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
             f"jax {jax.__version__} ({jax.default_backend()}), numpy {np.__version__}, python "
             f"{platform.python_version()}; peers: {', '.join(peers) or 'none'}; "
-            f"medians of up to {a.repeats} runs (fewer once {a.budget_s:.0f} s are spent).", ""]
+            f"medians of up to {a.repeats} runs (fewer once {a.budget_s:.0f} s are spent); "
+            f"native kernels: {_native_state()}.", ""]
   report = ["\n".join(header)]
   print(report[0], flush=True)
   if not a.skip_single:
