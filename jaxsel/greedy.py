@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel import _checks
-from jaxsel.objectives import _GATHER_MIN_N, FacilityLocation, _native_applies
+from jaxsel.objectives import _GATHER_MIN_N, FacilityLocation, SaturatedCoverage, _native_applies
 
 Array = jax.Array
 
@@ -137,13 +137,21 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
   return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
 
 
+def _native_serves(obj) -> bool:
+  """Whether `_native_greedy` runs `obj`: a square dense facility location, coverage or
+  saturated coverage on CPU with the kernel built (`objectives._native_applies`)."""
+  return (isinstance(obj, (FacilityLocation, SaturatedCoverage)) and obj.num_candidates > 0
+          and obj.sim_t.shape[-2] == obj.num_candidates and _native_applies(obj.sim_t))
+
+
 def _native_greedy(obj, costs, budget, min_gain, *, k, lazy, ratio):
-  """`_run` for facility location / coverage as one C++ call (`csrc/greedy.cc`): dense steps,
+  """`_run` for facility location / coverage / saturated coverage as one C++ call (`csrc/greedy.cc`): dense steps,
   or lazy ones (CELF with a heap), with or without costs, the same rules as `_run` and the
   same gain code as the native gains kernel, so dense and lazy picks agree exactly. Each
   problem's matrix stays in cache for all k steps and a batch runs on all cores."""
   n = obj.num_candidates
   dtype = obj.sim_t.dtype
+  saturated = isinstance(obj, SaturatedCoverage)
   weighted = obj.relevance is not None
   w = obj.relevance.astype(dtype) if weighted else jnp.zeros((1, 1), dtype)
   has_costs = costs is not None
@@ -158,14 +166,13 @@ def _native_greedy(obj, costs, budget, min_gain, *, k, lazy, ratio):
       vmap_method="expand_dims")
   indices, gains, values, count, cost = call(
       obj.sim_t, w, obj.valid, costs, budget, floor,
-      weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio)
+      weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio, saturated=saturated)
   return Selection(indices, gains, values, count, cost)
 
 
 def _run(obj, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
   n = obj.num_candidates
-  if (method in ("dense", "lazy") and k and n and isinstance(obj, FacilityLocation)
-      and obj.sim_t.shape[-2] == n and _native_applies(obj.sim_t)):
+  if method in ("dense", "lazy") and k and _native_serves(obj):
     return _native_greedy(obj, costs, budget, min_gain, k=k, lazy=method == "lazy", ratio=ratio)
   dtype = obj.sim_t.dtype if hasattr(obj, "sim_t") else jnp.float32
   anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state
@@ -339,8 +346,7 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     # Gathered blocks (long rows) parallelise better a little larger: 48 rows measured 6-7%
     # faster than 32 at N = 6000 and 10000 on an idle 2-core CPU.
     block = 48 if n >= _GATHER_MIN_N else min(n, max(4, min(32, n // 16)))
-    if method == "lazy" and n <= _LAZY_MIN_N and not (
-        isinstance(objective, FacilityLocation) and _native_applies(objective.sim_t)):
+    if method == "lazy" and n <= _LAZY_MIN_N and not _native_serves(objective):
       # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
       # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
       method = "dense"

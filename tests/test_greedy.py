@@ -21,8 +21,8 @@ METHODS = ["dense", "lazy", "lazy-rounds"]
 
 @pytest.fixture(params=["native", "xla"], autouse=True)
 def gain_path(request):
-  """Every test here runs twice: with the C++ kernels (facility location and coverage on CPU)
-  and on the pure-XLA path (what saturated coverage, budgets and accelerators use)."""
+  """Every test here runs twice: with the C++ kernels (dense and lazy greedy on CPU) and on
+  the pure-XLA path (what stochastic greedy, the large forms and accelerators use)."""
   if request.param == "xla":
     with _native.disabled():
       yield

@@ -27,8 +27,9 @@ def test_kernel_is_built_and_used():
   assert _native.status().get("greedy") == "loaded", _native.status()
   assert objectives._native_applies(jnp.zeros((2, 2), jnp.float32))
   for kw in (dict(), dict(method="dense"), dict(costs=np.ones(20, np.float32), budget=2.0)):
-    hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3, **kw)).lower(jaxsel.coverage(sim)).as_text()
-    assert "jaxsel_cover_greedy" in hlo, kw
+    for obj in (jaxsel.coverage(sim), jaxsel.saturated_coverage(sim, rel)):
+      hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3, **kw)).lower(obj).as_text()
+      assert "jaxsel_cover_greedy" in hlo, (kw, type(obj).__name__)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
@@ -52,17 +53,28 @@ def test_gains_equal_xla(dtype, q):
     np.testing.assert_array_equal(native_idx, np.asarray(native_all)[np.asarray(idx)])
 
 
+def _objective(kind, sim, rel, valid):
+  if kind == "saturated_coverage":
+    return (jaxsel.saturated_coverage(sim, rel, valid=valid),
+            lambda m: ref.sc_value(np.asarray(sim), np.asarray(rel), m, np.asarray(valid)))
+  return (jaxsel.facility_location(sim, rel, valid=valid),
+          lambda m: ref.fl_value(np.asarray(sim), np.asarray(rel), m, np.asarray(valid)))
+
+
+KINDS = ["facility_location", "saturated_coverage"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("method", ["dense", "lazy"])
-def test_picks_equal_xla_path_and_bruteforce(method):
+def test_picks_equal_xla_path_and_bruteforce(method, kind):
   sim, rel, valid = _instance(300, q=2, d=12, seed=5, pad=20)
-  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  obj, f = _objective(kind, sim, rel * 0.6, valid)
   native = jaxsel.greedy(obj, k=60, method=method)
   with _native.disabled():
     xla = jaxsel.greedy(obj, k=60, method=method)
   np.testing.assert_array_equal(native.indices, xla.indices)
   np.testing.assert_allclose(native.gains, xla.gains, rtol=1e-5)
   np.testing.assert_allclose(native.values, xla.values, rtol=1e-5)
-  f = lambda m: ref.fl_value(np.asarray(sim), np.asarray(rel), m, np.asarray(valid))
   picks, gains, values = ref.greedy(f, 300, 8, valid=np.asarray(valid))
   np.testing.assert_array_equal(native.indices[:8], picks)
   np.testing.assert_allclose(native.values[:8], values, rtol=1e-5)
@@ -140,15 +152,16 @@ def test_build_is_cached(tmp_path):
   assert stamps[0] == stamps[1]
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("method", ["dense", "lazy"])
-def test_budgeted_equals_xla_path(method):
+def test_budgeted_equals_xla_path(method, kind):
   """Costs (some free, some over budget), a batch of budgets, min_gain: native == XLA."""
   sim, rel, valid = _instance(200, q=2, d=10, seed=8, pad=15)
   rng = np.random.default_rng(8)
   costs = rng.integers(0, 40, 200).astype(np.float32)
   costs[:3] = 0  # free candidates: the cost-benefit criterion is +inf for them
   costs[3:6] = 500  # never affordable
-  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  obj, _ = _objective(kind, sim, rel, valid)
   budgets = jnp.asarray([0.0, 35.0, 120.0, 400.0], jnp.float32)
   run = lambda b, m: jaxsel.greedy(obj, k=25, costs=costs, budget=b, min_gain=m, method=method)
   for min_gain in (None, 0.05):

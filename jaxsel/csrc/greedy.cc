@@ -108,6 +108,31 @@ inline T RowGain(const T* __restrict p, const T* __restrict c, T w, int64_t n) {
   return Fold<T>(a0 + a1);
 }
 
+// Σ_i max(0, min(r[i], p[i]) − c[i]): saturated coverage, c = min(r, best so far).
+template <typename T>
+inline T RowGainSat(const T* __restrict p, const T* __restrict r, const T* __restrict c, int64_t n) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  const V zero = {};
+  V a0 = zero, a1 = zero;
+  auto term = [&](V x, V rv, V cv) {
+    V m = x < rv ? x : rv;
+    V d = m - cv;
+    return d > zero ? d : zero;
+  };
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    a0 += term(Load<V>(p + i), Load<V>(r + i), Load<V>(c + i));
+    a1 += term(Load<V>(p + i + L), Load<V>(r + i + L), Load<V>(c + i + L));
+  }
+  if (i + L <= n) {
+    a0 += term(Load<V>(p + i), Load<V>(r + i), Load<V>(c + i));
+    i += L;
+  }
+  if (i < n) a1 += term(LoadTail<T>(p + i, n - i), LoadTail<T>(r + i, n - i), LoadTail<T>(c + i, n - i));
+  return Fold<T>(a0 + a1);
+}
+
 // Σ_i x[i].
 template <typename T>
 inline T Sum(const T* __restrict x, int64_t n) {
@@ -197,7 +222,8 @@ ffi::Error CoverGains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer 
 }
 
 
-// Greedy for facility location / coverage, the whole loop in one call per problem: each
+// Greedy for facility location / coverage / saturated coverage, the whole loop in one call
+// per problem: each
 // step takes the available candidate with the highest criterion (the gain, or gain per unit
 // cost), lowest index on ties, stops when none is left or the gain is below min_gain, and
 // updates the cover. Gains come from RowGain, the code jaxsel_cover_gains uses, so every
@@ -210,9 +236,9 @@ ffi::Error CoverGains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer 
 // budget − spent (float32 arithmetic, as jnp does it), and with `ratio` the criterion is
 // gain / cost (a free candidate with a positive gain: +inf; with none: 0).
 //
-// rows [..., N, N], w [..., Q, N] (relevance, ignored unless weighted), valid [..., N] pred,
-// costs [..., N] f32 (ignored unless has_costs), budget [...] f32, min_gain [...] (−inf:
-// none) → indices [..., K] s32, gains [..., K], values [..., K], count [...] s32,
+// rows [..., N, N], w [..., Q, N] (facility location: relevance r_qj, ignored unless
+// weighted; saturated coverage: the levels r_qi), valid [..., N] pred, costs [..., N] f32
+// (ignored unless has_costs), budget [...] f32, min_gain [...] (−inf: none) → indices [..., K] s32, gains [..., K], values [..., K], count [...] s32,
 // cost [...] f32.
 template <typename T>
 struct Best {
@@ -223,7 +249,7 @@ struct Best {
 
 struct Problem {
   int64_t N, Q, K;
-  bool weighted, lazy, ratio;
+  bool weighted, lazy, ratio, saturated;
 };
 
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
@@ -234,8 +260,11 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
                  float* spent_out) {
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
   const bool weighted = pr.weighted, lazy = pr.lazy, ratio = pr.ratio && C != nullptr;
+  const bool saturated = pr.saturated;
   constexpr T kInf = std::numeric_limits<T>::infinity();
-  std::vector<T> cover(Q * N, T(0));
+  // Facility location: cover[q, i] = max_{j∈S} w_qj s_ji. Saturated coverage: best[i] =
+  // max_{j∈S} s_ji and cover[q, i] = min(r_qi, best[i]) (W holds r).
+  std::vector<T> cover(Q * N, T(0)), best_sim(saturated ? N : 0, T(0));
   std::vector<char> avail(N);
   for (int64_t j = 0; j < N; ++j) avail[j] = V[j];
   int32_t taken = 0;
@@ -251,8 +280,9 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
     const T* row = S + j * N;
     T g = 0;
     for (int64_t q = 0; q < Q; ++q)
-      g += weighted ? RowGain<T, true>(row, cover.data() + q * N, W[q * N + j], N)
-                    : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
+      g += saturated ? RowGainSat<T>(row, W + q * N, cover.data() + q * N, N)
+           : weighted ? RowGain<T, true>(row, cover.data() + q * N, W[q * N + j], N)
+                      : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
     return g;
   };
   auto scan = [&](int64_t lo, int64_t hi) {
@@ -347,12 +377,21 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
     if (best.j < 0 || best.gain < floor) break;
     const int64_t j = best.j;
     const T* row = S + j * N;
-    for (int64_t q = 0; q < Q; ++q) {
-      T* c = cover.data() + q * N;
-      const T r = weighted ? W[q * N + j] : T(1);
-      for (int64_t i = 0; i < N; ++i) {
-        const T x = weighted ? r * row[i] : row[i];
-        c[i] = x > c[i] ? x : c[i];
+    if (saturated) {
+      for (int64_t i = 0; i < N; ++i) best_sim[i] = row[i] > best_sim[i] ? row[i] : best_sim[i];
+      for (int64_t q = 0; q < Q; ++q) {
+        T* c = cover.data() + q * N;
+        const T* r = W + q * N;
+        for (int64_t i = 0; i < N; ++i) c[i] = r[i] < best_sim[i] ? r[i] : best_sim[i];
+      }
+    } else {
+      for (int64_t q = 0; q < Q; ++q) {
+        T* c = cover.data() + q * N;
+        const T r = weighted ? W[q * N + j] : T(1);
+        for (int64_t i = 0; i < N; ++i) {
+          const T x = weighted ? r * row[i] : row[i];
+          c[i] = x > c[i] ? x : c[i];
+        }
       }
     }
     value = 0;
@@ -380,7 +419,7 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
                   ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                   ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
                   ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
-                  bool ratio) {
+                  bool ratio, bool saturated) {
   auto rd = rows.dimensions(), wd = w.dimensions(), vd = valid.dimensions(), md = min_gain.dimensions();
   auto kd = costs.dimensions(), bd = budget.dimensions();
   auto od = indices->dimensions();
@@ -389,7 +428,8 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
       static_cast<int64_t>(vd.size()) != nb + 1 || static_cast<int64_t>(md.size()) != nb ||
       static_cast<int64_t>(kd.size()) != nb + 1 || static_cast<int64_t>(bd.size()) != nb)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent ranks");
-  Problem pr{rd[nb + 1], weighted ? wd[nb] : 1, od[nb], weighted, lazy, ratio};
+  weighted |= saturated;  // saturated coverage always reads its [Q, N] levels from w
+  Problem pr{rd[nb + 1], weighted ? wd[nb] : 1, od[nb], weighted, lazy, ratio, saturated};
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
   if (rd[nb] != N || vd[nb] != N || (weighted && wd[nb + 1] != N) || (has_costs && kd[nb] != N))
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent shapes");
@@ -434,17 +474,17 @@ ffi::Error CoverGreedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer
                        ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
                        ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
-                       bool ratio) {
+                       bool ratio, bool saturated) {
   auto t = rows.element_type();
   if (w.element_type() != t || min_gain.element_type() != t || gains->element_type() != t ||
       values->element_type() != t)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: mixed dtypes");
   if (t == ffi::DataType::F32)
     return Greedy<float>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                         weighted, lazy, has_costs, ratio);
+                         weighted, lazy, has_costs, ratio, saturated);
   if (t == ffi::DataType::F64)
     return Greedy<double>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                          weighted, lazy, has_costs, ratio);
+                          weighted, lazy, has_costs, ratio, saturated);
   return ffi::Error::InvalidArgument("jaxsel_cover_greedy: float32 or float64 only");
 }
 
@@ -477,4 +517,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, CoverGreedy,
                                   .Attr<bool>("weighted")
                                   .Attr<bool>("lazy")
                                   .Attr<bool>("has_costs")
-                                  .Attr<bool>("ratio"));
+                                  .Attr<bool>("ratio")
+                                  .Attr<bool>("saturated"));
