@@ -14,13 +14,15 @@ softmax are always computed in float32.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from flax import nnx
 
+from jaxsel import _native
 from jaxsel.encoders.config import EncoderConfig
 
 Array = jax.Array
@@ -124,6 +126,34 @@ def from_padded(x: Array, pack: Packing | None) -> Array:
   return x if pack is None else jnp.take(x, pack.rows, axis=0, mode="clip")
 
 
+def _native_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int,
+                      scale: float) -> Optional[Array]:
+  """Attention `[N, H]` from the C++ kernel (`csrc/attention.cc`) of qkv rows `[N, 3H]`, or
+  None where it does not apply: not on CPU, not float32, or the kernel is off or failed to
+  build (the XLA path in `SelfAttention` then runs).
+
+  The kernel reads the rows in place, sequence by sequence: the packed real tokens when
+  `pack` is given (sequence b's tokens are consecutive rows there, since `packing` keeps
+  them in order), else each sequence's `L` positions, its keys after the last unmasked one
+  skipped (their softmax weight is exactly 0). So attention costs the real tokens, not the
+  bucket length, and needs no `[B, n, L, d]` copy. The filler rows of a pack come out zero."""
+  if not (jax.default_backend() == "cpu" and qkv.dtype == jnp.float32 and bias.dtype == jnp.float32
+          and _native.load("attention", {"jaxsel_attention": "JaxselAttention"}) is not None):
+    return None
+  b, l = bias.shape[0], bias.shape[-1]
+  bias = bias.reshape(b * l)
+  if pack is None:
+    bounds = jnp.arange(b + 1, dtype=jnp.int32) * l
+  else:
+    lengths = jnp.sum(pack.unpack.reshape(b, l) < pack.rows.shape[0], axis=1, dtype=jnp.int32)
+    bounds = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(lengths, dtype=jnp.int32)])
+    bias = jnp.take(bias, pack.rows, axis=0, mode="clip")  # [T]: each packed row's key bias
+  call = jax.ffi.ffi_call("jaxsel_attention",
+                          jax.ShapeDtypeStruct((*qkv.shape[:-1], qkv.shape[-1] // 3), qkv.dtype),
+                          vmap_method="broadcast_all")
+  return call(qkv, bias, bounds, heads=np.int64(heads), scale=np.float32(scale))
+
+
 class SelfAttention(nnx.Module):
 
   def __init__(self, cfg: EncoderConfig, *, dtype, rngs: nnx.Rngs):
@@ -137,6 +167,7 @@ class SelfAttention(nnx.Module):
     """x `[N, H]` rows, bias `[B, 1, 1, L]` (0 or a large negative) -> `[N, H]`.
 
     The rows are the `B * L` positions, or the packed real tokens when `pack` is given.
+    On CPU in float32 a C++ kernel attends (`_native_attention`); elsewhere XLA does.
     """
     b, l, h = bias.shape[0], bias.shape[-1], x.shape[-1]
     # One [H, 3H] matmul instead of three [H, H] ones: larger GEMMs run faster on CPU.
@@ -145,9 +176,12 @@ class SelfAttention(nnx.Module):
     bias_qkv = jnp.concatenate([self.query.bias[...], self.key.bias[...], self.value.bias[...]])
     qkv = x @ kernel.astype(x.dtype) + bias_qkv.astype(x.dtype)
     n = self.heads
+    scale = (h // n) ** -0.5
+    native = _native_attention(qkv, bias, pack, n, scale)
+    if native is not None:
+      return native
     # Head-major [B, 3, n, L, d] in one transpose, so the per-sequence dots need none.
     qkv = to_padded(qkv, pack, (b, l)).reshape(b, l, 3, n, h // n).transpose(0, 2, 3, 1, 4)
-    scale = (h // n) ** -0.5
 
     def attend(args):  # one sequence: qkv [3, n, L, d], bias [1, 1, L] -> [n, L, d]
       one, bias1 = args
