@@ -1,8 +1,8 @@
 """Native CPU kernels: C++ XLA FFI handlers in `jaxsel/csrc/`, built on first use.
 
-XLA:CPU fuses a few of jaxsel's hot loops poorly (greedy's gain reduction
-`Σ_i relu(s_ji − c_i)` runs single-threaded at about a quarter of the memory bandwidth). For
-those, a small C++ kernel is compiled with the machine's C++ compiler the first time it is
+XLA:CPU runs a few of jaxsel's hot loops poorly: greedy's gain reduction
+`Σ_i relu(s_ji − c_i)` is a single-threaded reduce fusion at about 1.8 G elements/s, and each
+greedy step is a dozen small XLA ops. For those, a small C++ kernel is compiled with the machine's C++ compiler the first time it is
 needed, against the FFI headers of the installed jaxlib, and cached under
 `$JAXSEL_CACHE_DIR` (default `~/.cache/jaxsel`), keyed by the source, the compiler
 command, jaxlib's version and the CPU's instruction set. The kernels run inside jit-compiled
@@ -39,9 +39,7 @@ _FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp-simd")
 _lock = threading.Lock()
 _libs: dict[str, Optional[ctypes.CDLL]] = {}
 _errors: dict[str, str] = {}
-
-
-_forced_off = 0
+_forced_off = 0  # depth of `disabled()` blocks
 
 
 def enabled() -> bool:
