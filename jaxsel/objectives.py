@@ -281,8 +281,9 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool):
         f"`similarity` must be square, [N, N] (or [..., N, N] for a batch), got shape {sim.shape}.")
   n = sim.shape[-1]
   batch = sim.shape[:-2]
-  _checks.check_finite(sim, "similarity")
-  _checks.check_nonnegative(sim, "similarity", _NEG_FIX)
+  if not (on_host and sim.size and _checks._min_max_ok(sim, 0)):  # one min/max answers both
+    _checks.check_finite(sim, "similarity")
+    _checks.check_nonnegative(sim, "similarity", _NEG_FIX)
   v = _checks.check_valid(valid, n, batch_shape=batch)
   rel = None
   if relevance is None:
