@@ -69,7 +69,8 @@ inline V Fma(V a, V b, V c) {
 #endif
 }
 
-inline V Splat(float x) { return V{} + x; }
+// x in every lane (not `V{} + x`: 0 + x is not x for x = −0, so that costs a scalar add).
+inline V Splat(float x) { return V{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 // exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 in two parts, degree-6 polynomial;
 // within about 1 ulp of the true value). exp(x) for x < −87.3 (below float's smallest normal)
@@ -168,26 +169,26 @@ void AttendOne(const float* q, const float* k, const float* v, const float* bias
     const float* qr[kQueries];
     for (int64_t i = 0; i < kQueries; ++i) qr[i] = q + (i0 + std::min(i, nq - 1)) * ld;  // tail: repeats
     float* s = sc.s.data();
-    // Scores, 8 queries × 32 keys at a time: s = (q · k) · scale + bias.
+    // Scores, 8 queries × 32 keys at a time: s = (q · k) · scale + bias, and their maxima.
+    V m[kQueries];
+    for (int64_t i = 0; i < kQueries; ++i) m[i] = Splat(-std::numeric_limits<float>::infinity());
     for (int64_t j = 0; j < nkp; j += 2 * kLanes) {
       V a0[kQueries], a1[kQueries];
       Tile(qr, kt + j, nkp, d, a0, a1);
       const V b0 = Load(kb + j), b1 = Load(kb + j + kLanes);
       for (int64_t i = 0; i < kQueries; ++i) {
-        Store(s + i * nkp + j, a0[i] * vscale + b0);
-        Store(s + i * nkp + j + kLanes, a1[i] * vscale + b1);
+        const V x0 = a0[i] * vscale + b0, x1 = a1[i] * vscale + b1;
+        Store(s + i * nkp + j, x0);
+        Store(s + i * nkp + j + kLanes, x1);
+        m[i] = x0 > m[i] ? x0 : m[i];
+        m[i] = x1 > m[i] ? x1 : m[i];
       }
     }
     // Softmax numerators in place, and their sums.
     float total[kQueries];
     for (int64_t i = 0; i < nq; ++i) {
       float* si = s + i * nkp;
-      V m = Splat(-std::numeric_limits<float>::infinity());
-      for (int64_t j = 0; j < nkp; j += kLanes) {
-        const V x = Load(si + j);
-        m = x > m ? x : m;
-      }
-      const V mv = Splat(MaxLanes(m));
+      const V mv = Splat(MaxLanes(m[i]));
       V acc = V{};
       for (int64_t j = 0; j < nkp; j += kLanes) {
         const V e = Exp(Load(si + j) - mv);
