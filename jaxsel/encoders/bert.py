@@ -14,7 +14,8 @@ softmax are always computed in float32.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -126,20 +127,42 @@ def from_padded(x: Array, pack: Packing | None) -> Array:
   return x if pack is None else jnp.take(x, pack.rows, axis=0, mode="clip")
 
 
-def _native_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int,
-                      scale: float) -> Optional[Array]:
-  """Attention `[N, H]` from the C++ kernel (`csrc/attention.cc`) of qkv rows `[N, 3H]`, or
-  None where it does not apply: not on CPU, not float32, or the kernel is off or failed to
-  build (the XLA path in `SelfAttention` then runs).
+def _xla_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int, scale: float) -> Array:
+  """Attention `[N, H]` of qkv rows `[N, 3H]` (see `SelfAttention`) with XLA's ops."""
+  b, l, h = bias.shape[0], bias.shape[-1], qkv.shape[-1] // 3
+  # Head-major [B, 3, n, L, d] in one transpose, so the per-sequence dots need none.
+  qkv = to_padded(qkv, pack, (b, l)).reshape(b, l, 3, heads, h // heads).transpose(0, 2, 3, 1, 4)
+
+  def attend(args):  # one sequence: qkv [3, n, L, d], bias [1, 1, L] -> [n, L, d]
+    one, bias1 = args
+    scores = jnp.einsum("nqd,nkd->nqk", one[0], one[1]).astype(jnp.float32) * scale + bias1
+    # Softmax with the division after the value product: [n, L, d] divides, not [n, L, L].
+    e = jnp.exp(scores - lax.stop_gradient(scores.max(-1, keepdims=True)))
+    out = jnp.einsum("nqk,nkd->nqd", e.astype(qkv.dtype), one[2]).astype(jnp.float32)
+    return (out / e.sum(-1, keepdims=True)).astype(qkv.dtype)
+
+  # A few sequences at a time: their [n, L, L] scores stay in cache, where the whole
+  # batch's [B, n, L, L] would not (about 2x faster on CPU at B = 32, L = 256).
+  out = lax.map(attend, (qkv, bias), batch_size=ATTENTION_BATCH)  # [B, n, L, d]
+  return from_padded(out.transpose(0, 2, 1, 3).reshape(b, l, h), pack)
+
+
+def _native_applies(qkv: Array, bias: Array) -> bool:
+  """Whether `csrc/attention.cc` serves: CPU, float32, and the kernel built."""
+  return (jax.default_backend() == "cpu" and qkv.dtype == jnp.float32 and bias.dtype == jnp.float32
+          and _native.load("attention", {"jaxsel_attention": "JaxselAttention"}) is not None)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _native_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int, scale: float) -> Array:
+  """`_xla_attention` by the C++ kernel (`csrc/attention.cc`; check `_native_applies` first).
 
   The kernel reads the rows in place, sequence by sequence: the packed real tokens when
   `pack` is given (sequence b's tokens are consecutive rows there, since `packing` keeps
   them in order), else each sequence's `L` positions, its keys after the last unmasked one
   skipped (their softmax weight is exactly 0). So attention costs the real tokens, not the
-  bucket length, and needs no `[B, n, L, d]` copy. The filler rows of a pack come out zero."""
-  if not (jax.default_backend() == "cpu" and qkv.dtype == jnp.float32 and bias.dtype == jnp.float32
-          and _native.load("attention", {"jaxsel_attention": "JaxselAttention"}) is not None):
-    return None
+  bucket length, and needs no `[B, n, L, d]` copy. The filler rows of a pack come out zero
+  (junk on the XLA path; `BertModel` drops them). Gradients are the XLA path's."""
   b, l = bias.shape[0], bias.shape[-1]
   bias = bias.reshape(b * l)
   if pack is None:
@@ -152,6 +175,19 @@ def _native_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int,
                           jax.ShapeDtypeStruct((*qkv.shape[:-1], qkv.shape[-1] // 3), qkv.dtype),
                           vmap_method="broadcast_all")
   return call(qkv, bias, bounds, heads=np.int64(heads), scale=np.float32(scale))
+
+
+def _native_attention_fwd(qkv, bias, pack, heads, scale):
+  return _native_attention(qkv, bias, pack, heads, scale), (qkv, bias, pack)
+
+
+def _native_attention_bwd(heads, scale, res, g):
+  qkv, bias, pack = res
+  _, vjp = jax.vjp(lambda q, m: _xla_attention(q, m, pack, heads, scale), qkv, bias)
+  return (*vjp(g), None)
+
+
+_native_attention.defvjp(_native_attention_fwd, _native_attention_bwd)
 
 
 class SelfAttention(nnx.Module):
@@ -169,32 +205,14 @@ class SelfAttention(nnx.Module):
     The rows are the `B * L` positions, or the packed real tokens when `pack` is given.
     On CPU in float32 a C++ kernel attends (`_native_attention`); elsewhere XLA does.
     """
-    b, l, h = bias.shape[0], bias.shape[-1], x.shape[-1]
+    h = x.shape[-1]
     # One [H, 3H] matmul instead of three [H, H] ones: larger GEMMs run faster on CPU.
     kernel = jnp.concatenate([self.query.kernel[...], self.key.kernel[...],
                               self.value.kernel[...]], axis=1)
     bias_qkv = jnp.concatenate([self.query.bias[...], self.key.bias[...], self.value.bias[...]])
     qkv = x @ kernel.astype(x.dtype) + bias_qkv.astype(x.dtype)
-    n = self.heads
-    scale = (h // n) ** -0.5
-    native = _native_attention(qkv, bias, pack, n, scale)
-    if native is not None:
-      return native
-    # Head-major [B, 3, n, L, d] in one transpose, so the per-sequence dots need none.
-    qkv = to_padded(qkv, pack, (b, l)).reshape(b, l, 3, n, h // n).transpose(0, 2, 3, 1, 4)
-
-    def attend(args):  # one sequence: qkv [3, n, L, d], bias [1, 1, L] -> [n, L, d]
-      one, bias1 = args
-      scores = jnp.einsum("nqd,nkd->nqk", one[0], one[1]).astype(jnp.float32) * scale + bias1
-      # Softmax with the division after the value product: [n, L, d] divides, not [n, L, L].
-      e = jnp.exp(scores - lax.stop_gradient(scores.max(-1, keepdims=True)))
-      out = jnp.einsum("nqk,nkd->nqd", e.astype(x.dtype), one[2]).astype(jnp.float32)
-      return (out / e.sum(-1, keepdims=True)).astype(x.dtype)
-
-    # A few sequences at a time: their [n, L, L] scores stay in cache, where the whole
-    # batch's [B, n, L, L] would not (about 2x faster on CPU at B = 32, L = 256).
-    out = lax.map(attend, (qkv, bias), batch_size=ATTENTION_BATCH)  # [B, n, L, d]
-    return from_padded(out.transpose(0, 2, 1, 3).reshape(b, l, h), pack)
+    attend = _native_attention if _native_applies(qkv, bias) else _xla_attention
+    return attend(qkv, bias, pack, self.heads, (h // self.heads) ** -0.5)
 
 
 class DenseNorm(nnx.Module):
