@@ -1,8 +1,8 @@
 // Fused multi-head self-attention forward (float32) for jaxsel's BERT encoders, as an XLA
 // FFI handler (CPU).
 //
-// qkv [..., R, 3H] rows (query | key | value, each H = heads · d, head-major within),
-// bias [..., R] (additive key bias of each row: 0, or a large negative on masked keys),
+// qkv [..., R, 3H] rows (query | key | value, each H = heads · d, head-major within) and
+// their bias [..., 3H] (added here: XLA need not write the rows twice), bias [..., R] (additive key bias of each row: 0, or a large negative on masked keys),
 // bounds [..., S + 1] s32 (sequence s owns rows [bounds[s], bounds[s + 1])) → out [..., R, H].
 //
 // Per sequence and head: out_i = Σ_k e_ik v_k / Σ_k e_ik with e_ik = exp(s_ik − max_k s_ik),
@@ -133,7 +133,9 @@ struct Scratch {
   std::vector<float> v;       // [nk, dp] values, zero-padded to dp (multiple of 32)
   std::vector<float> kbias;   // [nkp] key bias, −inf on the padding
   std::vector<float> s;       // [kQueries, nkp] scores, then their exps
+  std::vector<float> q;       // [kQueries, d] a block of queries
   void Fit(int64_t d, int64_t dp, int64_t nk, int64_t nkp) {
+    if (static_cast<int64_t>(q.size()) < kQueries * d) q.resize(kQueries * d);
     if (static_cast<int64_t>(kt.size()) < d * nkp) kt.resize(d * nkp);
     if (static_cast<int64_t>(v.size()) < nk * dp) v.resize(nk * dp);
     if (static_cast<int64_t>(kbias.size()) < nkp) kbias.resize(nkp);
@@ -141,9 +143,11 @@ struct Scratch {
   }
 };
 
-// One (sequence, head): rows [0, n) of `q`, `k`, `v` (row stride `ld`) → `o` (row stride `ldo`).
-void AttendOne(const float* q, const float* k, const float* v, const float* bias, float* o,
-               int64_t n, int64_t d, int64_t ld, int64_t ldo, float scale, Scratch& sc) {
+// One (sequence, head): rows [0, n) of `q`, `k`, `v` (row stride `ld`) plus their biases
+// `bq`, `bk`, `bv` [d] → `o` (row stride `ldo`).
+void AttendOne(const float* q, const float* k, const float* v, const float* bq, const float* bk,
+               const float* bv, const float* bias, float* o, int64_t n, int64_t d, int64_t ld, int64_t ldo,
+               float scale, Scratch& sc) {
   int64_t nk = n;
   while (nk > 0 && !(bias[nk - 1] > kMasked)) --nk;
   if (nk == 0) nk = n;  // no unmasked key: every key counts, as in XLA's softmax
@@ -155,8 +159,9 @@ void AttendOne(const float* q, const float* k, const float* v, const float* bias
   float* kb = sc.kbias.data();
   for (int64_t j = 0; j < nk; ++j) {
     const float* kr = k + j * ld;
-    for (int64_t c = 0; c < d; ++c) kt[c * nkp + j] = kr[c];
-    std::memcpy(vb + j * dp, v + j * ld, d * sizeof(float));
+    const float* vr = v + j * ld;
+    for (int64_t c = 0; c < d; ++c) kt[c * nkp + j] = kr[c] + bk[c];
+    for (int64_t c = 0; c < d; ++c) vb[j * dp + c] = vr[c] + bv[c];
     std::fill(vb + j * dp + d, vb + (j + 1) * dp, 0.0f);
     kb[j] = bias[j];
   }
@@ -167,7 +172,12 @@ void AttendOne(const float* q, const float* k, const float* v, const float* bias
   for (int64_t i0 = 0; i0 < n; i0 += kQueries) {
     const int64_t nq = std::min<int64_t>(kQueries, n - i0);
     const float* qr[kQueries];
-    for (int64_t i = 0; i < kQueries; ++i) qr[i] = q + (i0 + std::min(i, nq - 1)) * ld;  // tail: repeats
+    for (int64_t i = 0; i < kQueries; ++i) {
+      const float* row = q + (i0 + std::min(i, nq - 1)) * ld;  // the tail repeats a row
+      float* qi = sc.q.data() + i * d;
+      for (int64_t c = 0; c < d; ++c) qi[c] = row[c] + bq[c];
+      qr[i] = qi;
+    }
     float* s = sc.s.data();
     // Scores, 8 queries × 32 keys at a time: s = (q · k) · scale + bias, and their maxima.
     V m[kQueries];
@@ -214,25 +224,28 @@ void AttendOne(const float* q, const float* k, const float* v, const float* bias
   }
 }
 
-ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> qkv, ffi::Buffer<ffi::F32> bias,
+ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> qkv, ffi::Buffer<ffi::F32> qkv_bias,
+                     ffi::Buffer<ffi::F32> bias,
                      ffi::Buffer<ffi::S32> bounds, ffi::ResultBuffer<ffi::F32> out, int64_t heads,
                      float scale) {
-  auto qd = qkv.dimensions(), bd = bias.dimensions(), sd = bounds.dimensions(), od = out->dimensions();
+  auto qd = qkv.dimensions(), cd = qkv_bias.dimensions(), bd = bias.dimensions(), sd = bounds.dimensions();
+  auto od = out->dimensions();
   const int64_t nb = static_cast<int64_t>(od.size()) - 2;
-  if (nb < 0 || static_cast<int64_t>(qd.size()) != nb + 2 || static_cast<int64_t>(bd.size()) != nb + 1 ||
-      static_cast<int64_t>(sd.size()) != nb + 1)
+  if (nb < 0 || static_cast<int64_t>(qd.size()) != nb + 2 || static_cast<int64_t>(cd.size()) != nb + 1 ||
+      static_cast<int64_t>(bd.size()) != nb + 1 || static_cast<int64_t>(sd.size()) != nb + 1)
     return ffi::Error::InvalidArgument("jaxsel_attention: inconsistent ranks");
   int64_t g = 1;
   for (int64_t a = 0; a < nb; ++a) {
-    if (qd[a] != od[a] || bd[a] != od[a] || sd[a] != od[a])
+    if (qd[a] != od[a] || cd[a] != od[a] || bd[a] != od[a] || sd[a] != od[a])
       return ffi::Error::InvalidArgument("jaxsel_attention: leading axes differ");
     g *= od[a];
   }
   const int64_t R = od[nb], H = od[nb + 1], S = sd[nb] - 1;
-  if (heads < 1 || H % heads != 0 || qd[nb] != R || qd[nb + 1] != 3 * H || bd[nb] != R || S < 0)
+  if (heads < 1 || H % heads != 0 || qd[nb] != R || qd[nb + 1] != 3 * H || cd[nb] != 3 * H || bd[nb] != R || S < 0)
     return ffi::Error::InvalidArgument("jaxsel_attention: inconsistent shapes");
   const int64_t d = H / heads;
   const float* qp = qkv.typed_data();
+  const float* cp = qkv_bias.typed_data();
   const float* bp = bias.typed_data();
   const int32_t* sp = bounds.typed_data();
   float* op = out->typed_data();
@@ -253,8 +266,9 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> qkv, ffi::Buffe
       const int64_t r0 = std::clamp<int64_t>(bs[s], 0, R), r1 = std::clamp<int64_t>(bs[s + 1], r0, R);
       if (r1 == r0) continue;
       const float* base = qp + (gi * R + r0) * 3 * H + h * d;
-      AttendOne(base, base + H, base + 2 * H, bp + gi * R + r0, op + (gi * R + r0) * H + h * d, r1 - r0, d,
-                3 * H, H, scale, sc);
+      const float* cb = cp + gi * 3 * H + h * d;
+      AttendOne(base, base + H, base + 2 * H, cb, cb + H, cb + 2 * H, bp + gi * R + r0,
+                op + (gi * R + r0) * H + h * d, r1 - r0, d, 3 * H, H, scale, sc);
     }
   };
   if (S > 0) ParallelFor(pool, g * S * heads, 1, run);
@@ -266,6 +280,7 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> qkv, ffi::Buffe
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselAttention, Attention,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()

@@ -153,9 +153,12 @@ def _native_applies(qkv: Array, bias: Array) -> bool:
           and _native.load("attention", {"jaxsel_attention": "JaxselAttention"}) is not None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _native_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int, scale: float) -> Array:
-  """`_xla_attention` by the C++ kernel (`csrc/attention.cc`; check `_native_applies` first).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _native_attention(proj: Array, qkv_bias: Array, bias: Array, pack: Packing | None, heads: int,
+                      scale: float) -> Array:
+  """`_xla_attention(proj + qkv_bias, ...)` by the C++ kernel (`csrc/attention.cc`; check
+  `_native_applies` first). `proj` `[N, 3H]`, `qkv_bias` `[3H]`: the kernel adds the bias as
+  it reads the rows, which saves XLA a pass over them.
 
   The kernel reads the rows in place, sequence by sequence: the packed real tokens when
   `pack` is given (sequence b's tokens are consecutive rows there, since `packing` keeps
@@ -172,18 +175,18 @@ def _native_attention(qkv: Array, bias: Array, pack: Packing | None, heads: int,
     bounds = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(lengths, dtype=jnp.int32)])
     bias = jnp.take(bias, pack.rows, axis=0, mode="clip")  # [T]: each packed row's key bias
   call = jax.ffi.ffi_call("jaxsel_attention",
-                          jax.ShapeDtypeStruct((*qkv.shape[:-1], qkv.shape[-1] // 3), qkv.dtype),
+                          jax.ShapeDtypeStruct((*proj.shape[:-1], proj.shape[-1] // 3), proj.dtype),
                           vmap_method="broadcast_all")
-  return call(qkv, bias, bounds, heads=np.int64(heads), scale=np.float32(scale))
+  return call(proj, qkv_bias, bias, bounds, heads=np.int64(heads), scale=np.float32(scale))
 
 
-def _native_attention_fwd(qkv, bias, pack, heads, scale):
-  return _native_attention(qkv, bias, pack, heads, scale), (qkv, bias, pack)
+def _native_attention_fwd(proj, qkv_bias, bias, pack, heads, scale):
+  return _native_attention(proj, qkv_bias, bias, pack, heads, scale), (proj, qkv_bias, bias, pack)
 
 
 def _native_attention_bwd(heads, scale, res, g):
-  qkv, bias, pack = res
-  _, vjp = jax.vjp(lambda q, m: _xla_attention(q, m, pack, heads, scale), qkv, bias)
+  proj, qkv_bias, bias, pack = res
+  _, vjp = jax.vjp(lambda p, c, m: _xla_attention(p + c, m, pack, heads, scale), proj, qkv_bias, bias)
   return (*vjp(g), None)
 
 
@@ -210,9 +213,11 @@ class SelfAttention(nnx.Module):
     kernel = jnp.concatenate([self.query.kernel[...], self.key.kernel[...],
                               self.value.kernel[...]], axis=1)
     bias_qkv = jnp.concatenate([self.query.bias[...], self.key.bias[...], self.value.bias[...]])
-    qkv = x @ kernel.astype(x.dtype) + bias_qkv.astype(x.dtype)
-    attend = _native_attention if _native_applies(qkv, bias) else _xla_attention
-    return attend(qkv, bias, pack, self.heads, (h // self.heads) ** -0.5)
+    proj, bias_qkv = x @ kernel.astype(x.dtype), bias_qkv.astype(x.dtype)
+    scale = (h // self.heads) ** -0.5
+    if _native_applies(proj, bias):
+      return _native_attention(proj, bias_qkv, bias, pack, self.heads, scale)
+    return _xla_attention(proj + bias_qkv, bias, pack, self.heads, scale)
 
 
 class DenseNorm(nnx.Module):
