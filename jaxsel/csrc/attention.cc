@@ -73,15 +73,24 @@ inline V Fma(V a, V b, V c) {
 inline V Splat(float x) { return V{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 // exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 in two parts, degree-6 polynomial;
-// within about 1 ulp of the true value). exp(x) for x < −87.3 (below float's smallest normal)
-// is 0, as are −inf and masked keys.
+// within about 1 ulp of the true value); −inf (masked keys, padding) gives 0.
 inline V Exp(V x) {
+#if defined(__AVX512F__)
+  // x ≥ −104: exp is 0 in float32 below; AVX-512's round and scale (p · 2^n, to denormals and 0).
+  __m512 xv = _mm512_max_ps(reinterpret_cast<__m512&>(x), _mm512_set1_ps(-104.0f));
+  __m512 nv = _mm512_roundscale_ps(_mm512_mul_ps(xv, _mm512_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  V n, xc;
+  std::memcpy(&n, &nv, sizeof(V));
+  std::memcpy(&xc, &xv, sizeof(V));
+#else
   const V lo = Splat(-87.33654f);
   const VI under = x < lo;
-  x = x < lo ? lo : x;
+  const V xc = x < lo ? lo : x;
   const V magic = Splat(12582912.0f);  // 1.5 · 2^23: adding it rounds to an integer
-  V n = (x * Splat(1.44269504088896341f) + magic) - magic;
-  V r = Fma(n, Splat(-0.693359375f), x);
+  const V n = (xc * Splat(1.44269504088896341f) + magic) - magic;
+#endif
+  V r = Fma(n, Splat(-0.693359375f), xc);
   r = Fma(n, Splat(2.12194440e-4f), r);
   V p = Splat(1.9875691500e-4f);
   p = Fma(p, r, Splat(1.3981999507e-3f));
@@ -90,11 +99,16 @@ inline V Exp(V x) {
   p = Fma(p, r, Splat(1.6666665459e-1f));
   p = Fma(p, r, Splat(5.0000001201e-1f));
   p = Fma(p, r * r, r) + Splat(1.0f);
-  VI e = (__builtin_convertvector(n, VI) + 127) << 23;  // 2^n, n in [−126, 0]
+#if defined(__AVX512F__)
+  __m512 y = _mm512_scalef_ps(reinterpret_cast<__m512&>(p), nv);
+  return reinterpret_cast<V&>(y);
+#else
+  // 2^n for n in [−126, 0]; below (x < −87.3, under float's smallest normal) 0.
+  VI e = (__builtin_convertvector(n, VI) + 127) << 23;
   V two_n;
   std::memcpy(&two_n, &e, sizeof(V));
-  const V y = p * two_n;
-  return under ? Splat(0.0f) : y;
+  return under ? Splat(0.0f) : p * two_n;
+#endif
 }
 
 inline float MaxLanes(V a) {
