@@ -19,6 +19,7 @@ monotone nor submodular. Use `nonnegative` (or `cosine_similarity`, which clips 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
@@ -128,10 +129,34 @@ def _native_cover_gains(sim_t: Array, cover: Array, relevance: Optional[Array],
     idx = jnp.arange(sim_t.shape[-2], dtype=jnp.int32)
   idx = idx.astype(jnp.int32)
   weighted = relevance is not None
-  w = jnp.take(relevance, idx, axis=-1) if weighted else jnp.zeros((1, 1), sim_t.dtype)  # [Q, M]
+  w = jnp.take(relevance, idx, axis=-1) if weighted else jnp.ones((1, idx.shape[-1]), sim_t.dtype)  # [Q, M]
+  return _cover_gains_call(weighted, sim_t, cover.astype(sim_t.dtype), w.astype(sim_t.dtype), idx)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _cover_gains_call(weighted: bool, sim_t, cover, w, idx):
   call = jax.ffi.ffi_call("jaxsel_cover_gains", jax.ShapeDtypeStruct(idx.shape, sim_t.dtype),
                           vmap_method="expand_dims")
-  return call(sim_t, cover.astype(sim_t.dtype), w.astype(sim_t.dtype), idx, weighted=weighted)
+  return call(sim_t, cover, w, idx, weighted=weighted)
+
+
+def _cover_gains_xla(sim_t, cover, w, idx):
+  """The kernel's sums in XLA, `[M]`: what its reverse-mode derivative is taken from."""
+  rows = jnp.take(sim_t, idx, axis=-2)  # [M, N]
+  return jnp.sum(jax.nn.relu(w.T[:, :, None] * rows[:, None, :] - cover[None]), axis=(-2, -1))
+
+
+def _cover_gains_fwd(weighted, sim_t, cover, w, idx):
+  return _cover_gains_call(weighted, sim_t, cover, w, idx), (sim_t, cover, w, idx)
+
+
+def _cover_gains_bwd(weighted, res, g):
+  sim_t, cover, w, idx = res
+  _, vjp = jax.vjp(lambda s, c, ww: _cover_gains_xla(s, c, ww, idx), sim_t, cover, w)
+  return (*vjp(g), None)
+
+
+_cover_gains_call.defvjp(_cover_gains_fwd, _cover_gains_bwd)
 
 
 def _block_gains(row_gains, sim_t: Array, relevance: Optional[Array], idx: Array) -> Array:

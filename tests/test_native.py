@@ -175,3 +175,22 @@ def test_budgeted_equals_xla_path(method, kind):
     assert (np.asarray(native.cost) <= np.asarray(budgets)).all()
     picked = np.asarray(native.indices)
     assert not np.isin(picked, [3, 4, 5]).any()
+
+
+@pytest.mark.parametrize("q", [None, 2])
+def test_gains_gradient_equals_xla(q):
+  """The kernel has no derivative of its own: reverse mode goes through the XLA sums."""
+  sim, rel, valid = _instance(37, q=q or 1, seed=11)
+  idx = jnp.asarray([3, 0, 36, 3], jnp.int32)
+
+  def loss(s, r):
+    obj = jaxsel.facility_location(s, None if q is None else r)
+    state = obj.update(obj.init(), 7)
+    return jnp.sum(obj.gains(state) ** 2) + jnp.sum(obj.gains(state, idx))
+
+  native = jax.grad(loss, argnums=(0, 1))(jnp.asarray(sim), jnp.asarray(rel))
+  with _native.disabled():
+    xla = jax.grad(loss, argnums=(0, 1))(jnp.asarray(sim), jnp.asarray(rel))
+  for a, b in zip(native, xla):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert np.abs(np.asarray(native[0])).sum() > 0
