@@ -1,8 +1,9 @@
 // Fused multi-head self-attention forward (float32) for jaxsel's BERT encoders, as an XLA
 // FFI handler (CPU).
 //
-// qkv [..., R, 3H] rows (query | key | value, each H = heads · d, head-major within) and
-// their bias [..., 3H] (added here: XLA need not write the rows twice), bias [..., R] (additive key bias of each row: 0, or a large negative on masked keys),
+// qkv [..., R, 3H] rows (query | key | value, each H = heads · d, head-major within),
+// qkv_bias [..., 3H] (added here, so XLA need not write the rows twice), bias [..., R] (the
+// additive key bias of each row: 0, or a large negative on masked keys),
 // bounds [..., S + 1] s32 (sequence s owns rows [bounds[s], bounds[s + 1])) → out [..., R, H].
 //
 // Per sequence and head: out_i = Σ_k e_ik v_k / Σ_k e_ik with e_ik = exp(s_ik − max_k s_ik),
