@@ -97,7 +97,8 @@ class Embeddings(nnx.Module):
 
 class Packing(NamedTuple):
   """Where the real tokens of a padded `[B, L]` batch sit, for running the dense layers on
-  those `T` tokens only (`T <= B * L`; attention still sees each sequence padded to `L`)."""
+  those `T` tokens only (`T <= B * L`). The native attention kernel reads the packed rows
+  directly; the XLA attention pads each sequence back to `L`."""
   rows: Array    # [T] int32: flat index (into B * L) of each packed row; extra rows repeat a pad
   unpack: Array  # [B * L] int32: the packed row of each position; T (out of range) on pads
 
