@@ -294,11 +294,12 @@ def test_bucketing_and_batch_size_do_not_change_results(tiny):
   np.testing.assert_array_equal(full[:6], full[6:])
 
 
-def test_packed_tokens_round_up_to_an_eighth_of_large_batches(tiny):
+def test_packed_tokens_round_up_to_a_sixteenth_of_large_batches(tiny):
   pack = E.encoder.packed_tokens
-  assert pack(1000, 32, 64) == 1024  # 2048 positions in steps of 256
-  assert pack(1025, 32, 64) == 1280 and pack(768, 32, 64) == 768
-  assert pack(1793, 32, 64) is None  # rounds up to the whole batch: run it padded
+  assert pack(1000, 32, 64) == 1024  # 2048 positions in steps of 128
+  assert pack(1025, 32, 64) == 1152 and pack(768, 32, 64) == 768
+  assert pack(1921, 32, 64) is None  # rounds up to the whole batch: run it padded
+  assert pack(1920, 32, 64) == 1920
   assert pack(10, 4, 64) is None  # under PACK_MIN positions
   with pytest.raises(ValueError, match="tokens"):
     nnx.merge(tiny.graphdef, tiny.params)(np.zeros((2, 4), np.int32), np.ones((2, 4), np.int32),
