@@ -145,10 +145,11 @@ def _native_serves(obj) -> bool:
 
 
 def _native_greedy(obj, costs, budget, min_gain, *, k, lazy, ratio):
-  """`_run` for facility location / coverage / saturated coverage as one C++ call (`csrc/greedy.cc`): dense steps,
-  or lazy ones (CELF with a heap), with or without costs, the same rules as `_run` and the
-  same gain code as the native gains kernel, so dense and lazy picks agree exactly. Each
-  problem's matrix stays in cache for all k steps and a batch runs on all cores."""
+  """`_run` for facility location / coverage / saturated coverage as one C++ call
+  (`csrc/greedy.cc`): dense steps, or lazy ones (CELF with a heap), with or without costs,
+  the same rules as `_run` and the same gain code as the native gains kernel, so dense and
+  lazy picks agree exactly. Each problem's matrix stays in cache for all k steps and a batch
+  runs on all cores."""
   n = obj.num_candidates
   dtype = obj.sim_t.dtype
   saturated = isinstance(obj, SaturatedCoverage)

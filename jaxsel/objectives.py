@@ -140,10 +140,16 @@ def _cover_gains_call(weighted: bool, sim_t, cover, w, idx):
   return call(sim_t, cover, w, idx, weighted=weighted)
 
 
-def _cover_gains_xla(sim_t, cover, w, idx):
-  """The kernel's sums in XLA, `[M]`: what its reverse-mode derivative is taken from."""
-  rows = jnp.take(sim_t, idx, axis=-2)  # [M, N]
-  return jnp.sum(jax.nn.relu(w.T[:, :, None] * rows[:, None, :] - cover[None]), axis=(-2, -1))
+def _cover_row_gains(rows: Array, r: Optional[Array], cover: Array) -> Array:
+  """Facility-location gains `[M]` of candidate rows `[M, N]` with weights `r` `[Q, M]` (None:
+  coverage) against `cover` `[Q, N]`, in XLA: the XLA path's gains, and what the kernel's
+  reverse-mode derivative is taken from."""
+  if r is None:
+    # Reduce along the contiguous (item) axis: one streaming pass over the rows.
+    return jnp.sum(jax.nn.relu(rows - cover[0]), axis=-1)
+  if r.shape[0] == 1:  # one query: a plain [M, N] row reduction, which vectorises best
+    return jnp.sum(jax.nn.relu(r[0][:, None] * rows - cover[0]), axis=-1)
+  return jnp.sum(jax.nn.relu(r.T[:, :, None] * rows[:, None, :] - cover[None]), axis=(-2, -1))
 
 
 def _cover_gains_fwd(weighted, sim_t, cover, w, idx):
@@ -152,7 +158,8 @@ def _cover_gains_fwd(weighted, sim_t, cover, w, idx):
 
 def _cover_gains_bwd(weighted, res, g):
   sim_t, cover, w, idx = res
-  _, vjp = jax.vjp(lambda s, c, ww: _cover_gains_xla(s, c, ww, idx), sim_t, cover, w)
+  _, vjp = jax.vjp(lambda s, c, ww: _cover_row_gains(jnp.take(s, idx, axis=-2), ww if weighted else None, c),
+                   sim_t, cover, w)
   return (*vjp(g), None)
 
 
@@ -198,14 +205,7 @@ class FacilityLocation:
     return CoverState(jnp.zeros((q, self.num_candidates), self.sim_t.dtype))
 
   def gains(self, state: CoverState, idx: Optional[Array] = None) -> Array:
-    def row_gains(rows, r):  # rows [M, N], r [Q, M] or None
-      if r is None:
-        # Reduce along the contiguous (item) axis: one streaming pass over the rows.
-        return jnp.sum(jax.nn.relu(rows - state.cover[0]), axis=-1)
-      if r.shape[0] == 1:  # one query: a plain [M, N] row reduction, which vectorises best
-        return jnp.sum(jax.nn.relu(r[0][:, None] * rows - state.cover[0]), axis=-1)
-      return jnp.sum(jax.nn.relu(r.T[:, :, None] * rows[:, None, :] - state.cover[None]), axis=(-2, -1))
-
+    row_gains = lambda rows, r: _cover_row_gains(rows, r, state.cover)
     native = _native_cover_gains(self.sim_t, state.cover, self.relevance, idx)
     if native is not None:
       return native

@@ -146,6 +146,13 @@ inline T Sum(const T* __restrict x, int64_t n) {
 }
 
 struct Batch {
+  // The leading (vmap) axes of an output with `nb` of them, and their element count.
+  Batch(const ffi::Span<const int64_t>& od, int64_t nb) {
+    for (int64_t d = 0; d < nb; ++d) {
+      out_dims.push_back(od[d]);
+      count *= od[d];
+    }
+  }
   // Per-input element offset of batch element b, with size-1 leading axes broadcast.
   std::vector<int64_t> out_dims;
   int64_t count = 1;
@@ -176,11 +183,7 @@ ffi::Error Gains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer cover
   const int64_t R = rd[nb], N = rd[nb + 1], Q = cd[nb], M = id[nb];
   if (cd[nb + 1] != N || od[nb] != M || (weighted && (wd[nb] != Q || wd[nb + 1] != M)))
     return ffi::Error::InvalidArgument("jaxsel_cover_gains: inconsistent shapes");
-  Batch batch;
-  for (int64_t d = 0; d < nb; ++d) {
-    batch.out_dims.push_back(od[d]);
-    batch.count *= od[d];
-  }
+  const Batch batch(od, nb);
   const T* rp = reinterpret_cast<const T*>(rows.untyped_data());
   const T* cp = reinterpret_cast<const T*>(cover.untyped_data());
   const T* wp = reinterpret_cast<const T*>(w.untyped_data());
@@ -433,11 +436,7 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
   if (rd[nb] != N || vd[nb] != N || (weighted && wd[nb + 1] != N) || (has_costs && kd[nb] != N))
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: inconsistent shapes");
-  Batch batch;
-  for (int64_t d = 0; d < nb; ++d) {
-    batch.out_dims.push_back(od[d]);
-    batch.count *= od[d];
-  }
+  const Batch batch(od, nb);
   const T* rp = reinterpret_cast<const T*>(rows.untyped_data());
   const T* wp = reinterpret_cast<const T*>(w.untyped_data());
   const bool* vp = valid.typed_data();

@@ -21,9 +21,9 @@ For use inside `jit` / `vmap` (e.g. by search scorers):
 `encode` sorts texts by length and pads each batch to one of a few bucket lengths
 (16, 32, 64, ... up to `max_length`) and partial batches to a power of two, so a corpus
 compiles a handful of shapes. The dense layers of a batch run on its real tokens only (packed,
-rounded up to a sixteenth of the batch; not for batches under 1024 positions), so padding
-costs little more than attention. Results come back
-in the input order and do not depend on `batch_size` or bucketing (up to float rounding).
+rounded up to a sixteenth of the batch; not for batches under 1024 positions), and on CPU the
+native attention reads those packed rows too, so padding costs little. Results come back in
+the input order and do not depend on `batch_size` or bucketing (up to float rounding).
 
 Prompts, as in sentence-transformers: `prompt=` is a literal prefix, `prompt_name=` one of
 `enc.prompts`. The names `"query"` and `"passage"` always exist (empty unless the
