@@ -195,6 +195,10 @@ class FacilityLocation:
   sim_t: Array  # [N, N] candidate-major: sim_t[j, i] = s_ij, zero on invalid rows/columns
   relevance: Optional[Array]  # [Q, N] r_qj (zero on invalid j), or None for coverage
   valid: Array  # [N] bool
+  # A static field naming the class: jax's dataclass treedefs compare equal across classes
+  # with the same field names, so without it a jit cache could hand one objective's compiled
+  # program to the other (seen: saturated coverage solved as facility location).
+  kind: str = struct.field(pytree_node=False, default="facility_location")
 
   @property
   def num_candidates(self) -> int:
@@ -238,6 +242,10 @@ class SaturatedCoverage:
   sim_t: Array  # [N, N] candidate-major, zero on invalid rows/columns
   relevance: Array  # [Q, N] r_qi, the saturation level of item i (zero on invalid i)
   valid: Array  # [N] bool
+  # A static field naming the class: jax's dataclass treedefs compare equal across classes
+  # with the same field names, so without it a jit cache could hand one objective's compiled
+  # program to the other (seen: saturated coverage solved as facility location).
+  kind: str = struct.field(pytree_node=False, default="saturated_coverage")
 
   @property
   def num_candidates(self) -> int:
