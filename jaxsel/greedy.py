@@ -362,8 +362,10 @@ def saturation_point(selection: Selection, *, rel_gain: float = 0.05) -> Array:
   """Number of picks before the curve saturates: the first pick whose marginal gain is
   below `rel_gain` times the first pick's gain is not counted. Shape `[]` (or `[B]`)."""
   g = selection.gains
-  first = g[..., :1]
   k = g.shape[-1]
+  if k == 0:  # no room for a pick: nothing before saturation
+    return jnp.zeros(g.shape[:-1], jnp.int32)
+  first = g[..., :1]
   taken = jnp.arange(k) < selection.count[..., None]
   low = (g < rel_gain * first) | ~taken
   return jnp.where(jnp.any(low, axis=-1), jnp.argmax(low, axis=-1), k).astype(jnp.int32)

@@ -31,10 +31,9 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 from jax import lax
 
-from jaxsel import _checks
+from jaxsel import _checks, _pytree
 from jaxsel.objectives import (
     CoverState,
     FacilityLocation,
@@ -115,15 +114,15 @@ def _max_state(state, new, take: Array):
   return jax.tree.map(one, state, new)
 
 
-@struct.dataclass
+@_pytree.dataclass
 class _EmbeddingObjective(_Blocked):
   candidates: Array  # [N, D] unit-norm rows (candidate side; sharded by candidate parallelism)
   items: Array  # [N, D] unit-norm rows (item side; the same array as `candidates` when built)
   item_valid: Array  # [N] bool, items that count
   relevance: Optional[Array]  # [Q, N]
   valid: Array  # [N] bool, candidates that may be picked
-  block: int = struct.field(pytree_node=False, default=256)
-  nonneg: str = struct.field(pytree_node=False, default="clip")
+  block: int = _pytree.field(static=True, default=256)
+  nonneg: str = _pytree.field(static=True, default="clip")
 
   def rows(self, idx: Array) -> Array:
     """Similarity rows `[M, N]` of the candidates `idx` `[M]`: `s_ij` for item i, the same
@@ -152,7 +151,7 @@ class _EmbeddingObjective(_Blocked):
     return self._dense(jnp.zeros((0,), jnp.int32)).state_value(state)
 
 
-@struct.dataclass
+@_pytree.dataclass
 class EmbeddingFacilityLocation(_EmbeddingObjective):
   """Matrix-free `f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij` with `s` the (non-negative) cosine
   similarity of the embeddings. Build it with `facility_location_from_embeddings`."""
@@ -166,7 +165,7 @@ class EmbeddingFacilityLocation(_EmbeddingObjective):
     return FacilityLocation(sim_t=self.rows(idx), relevance=r, valid=jnp.take(self.valid, idx))
 
 
-@struct.dataclass
+@_pytree.dataclass
 class EmbeddingSaturatedCoverage(_EmbeddingObjective):
   """Matrix-free `f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`. Build it with
   `saturated_coverage_from_embeddings`."""
@@ -179,7 +178,7 @@ class EmbeddingSaturatedCoverage(_EmbeddingObjective):
                              valid=jnp.take(self.valid, idx))
 
 
-@struct.dataclass
+@_pytree.dataclass
 class KnnFacilityLocation(_Blocked):
   """Facility location on a sparse kNN similarity: `f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`
   with `s_ij = 0` unless i is one of j's `m` neighbours. Build it with
@@ -188,9 +187,9 @@ class KnnFacilityLocation(_Blocked):
   similarities: Array  # [N, m] zero on invalid candidates and items
   relevance: Optional[Array]  # [Q, N] r_qj, zero on invalid j
   valid: Array  # [N] bool
-  block: int = struct.field(pytree_node=False, default=4096)
+  block: int = _pytree.field(static=True, default=4096)
   # Items covered (= N); static because no item-side array holds it once candidates are sharded.
-  num_items: int = struct.field(pytree_node=False, default=0)
+  num_items: int = _pytree.field(static=True, default=0)
 
   def init(self) -> CoverState:
     q = 1 if self.relevance is None else self.relevance.shape[-2]
@@ -219,7 +218,7 @@ class KnnFacilityLocation(_Blocked):
     return jnp.sum(state.cover)
 
 
-@struct.dataclass
+@_pytree.dataclass
 class KnnSaturatedCoverage(_Blocked):
   """Saturated coverage on a sparse kNN similarity: `f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`.
   Build it with `knn_saturated_coverage`."""
@@ -227,7 +226,7 @@ class KnnSaturatedCoverage(_Blocked):
   similarities: Array  # [N, m]
   relevance: Array  # [Q, N] r_qi (item side), zero on invalid i
   valid: Array  # [N] bool
-  block: int = struct.field(pytree_node=False, default=4096)
+  block: int = _pytree.field(static=True, default=4096)
 
   def init(self) -> SaturationState:
     return SaturationState(jnp.zeros((self.relevance.shape[-1],), self.similarities.dtype))

@@ -2,7 +2,7 @@
 
 Shape legend: Q queries, N candidates (= items to cover), M a block of candidates.
 
-Every objective is a `flax.struct.dataclass` whose array fields are pytree leaves, so a
+Every objective is a frozen pytree dataclass (`jaxsel._pytree`) whose array fields are leaves, so a
 whole objective passes through `jax.jit` and `jax.vmap` (a batch of objectives is the
 same class with a leading axis on every leaf). The interface mirrors optax's
 `(init, update)` pairs:
@@ -25,10 +25,9 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jax import lax
 
-from jaxsel import _checks, _native
+from jaxsel import _checks, _native, _pytree
 
 Array = jax.Array
 
@@ -79,6 +78,9 @@ def cosine_similarity(a, b=None, *, nonneg: Optional[str] = "clip", eps: float =
     if b.ndim < 2 or b.shape[-1] != a.shape[-1]:
       raise ValueError(f"`b` must be [..., M, {a.shape[-1]}] to match `a`'s dimension, got {b.shape}.")
     _checks.check_finite(b, "b")
+  out_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-2])
+  _checks.check_fits(out_shape, jnp.result_type(a, b), 1 if nonneg is None else 2,
+                     "The similarity matrix")
   an = a / jnp.maximum(jnp.linalg.norm(a, axis=-1, keepdims=True), eps)
   bn = b / jnp.maximum(jnp.linalg.norm(b, axis=-1, keepdims=True), eps)
   sim = jnp.einsum("...nd,...md->...nm", an, bn, precision=jax.lax.Precision.HIGHEST)
@@ -186,7 +188,7 @@ def _block_gains(row_gains, sim_t: Array, relevance: Optional[Array], idx: Array
   return lax.map(one, idx)
 
 
-@struct.dataclass
+@_pytree.dataclass
 class FacilityLocation:
   """`f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`; coverage is the case `Q = 1, r = 1`.
 
@@ -195,10 +197,6 @@ class FacilityLocation:
   sim_t: Array  # [N, N] candidate-major: sim_t[j, i] = s_ij, zero on invalid rows/columns
   relevance: Optional[Array]  # [Q, N] r_qj (zero on invalid j), or None for coverage
   valid: Array  # [N] bool
-  # A static field naming the class: jax's dataclass treedefs compare equal across classes
-  # with the same field names, so without it a jit cache could hand one objective's compiled
-  # program to the other (seen: saturated coverage solved as facility location).
-  kind: str = struct.field(pytree_node=False, default="facility_location")
 
   @property
   def num_candidates(self) -> int:
@@ -233,7 +231,7 @@ class FacilityLocation:
     return jnp.sum(jnp.max(contrib, axis=1, initial=0))
 
 
-@struct.dataclass
+@_pytree.dataclass
 class SaturatedCoverage:
   """`f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`: item i needs only r_qi of coverage.
 
@@ -242,10 +240,6 @@ class SaturatedCoverage:
   sim_t: Array  # [N, N] candidate-major, zero on invalid rows/columns
   relevance: Array  # [Q, N] r_qi, the saturation level of item i (zero on invalid i)
   valid: Array  # [N] bool
-  # A static field naming the class: jax's dataclass treedefs compare equal across classes
-  # with the same field names, so without it a jit cache could hand one objective's compiled
-  # program to the other (seen: saturated coverage solved as facility location).
-  kind: str = struct.field(pytree_node=False, default="saturated_coverage")
 
   @property
   def num_candidates(self) -> int:
@@ -314,6 +308,10 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool):
         f"`similarity` must be square, [N, N] (or [..., N, N] for a batch), got shape {sim.shape}.")
   n = sim.shape[-1]
   batch = sim.shape[:-2]
+  # The candidate-major copy (and, on the device, the masked one) must fit.
+  _checks.check_fits(sim.shape, host_dtype if on_host else sim.dtype,
+                     1 + (not on_host and valid is not None),
+                     "The candidate-major copy of `similarity`")
   if not (on_host and sim.size and _checks._min_max_ok(sim, 0)):  # one min/max answers both
     _checks.check_finite(sim, "similarity")
     _checks.check_nonnegative(sim, "similarity", _NEG_FIX)

@@ -35,7 +35,8 @@ import numpy as np
 from jaxsel import text as text_lib
 from jaxsel.greedy import UNSELECTED, Selection, greedy, saturation_point
 from jaxsel.index import VectorIndex
-from jaxsel.objectives import coverage, facility_location, nonnegative, saturated_coverage
+from jaxsel.objectives import (cosine_similarity, coverage, facility_location, nonnegative,
+                               saturated_coverage)
 
 SUBMODULAR = ("facility_location", "saturated_coverage", "coverage")
 CORAG_SCORERS = ("facility_location", "saturated_coverage", "relevance")
@@ -299,7 +300,7 @@ class Pipeline:
     kwargs = {"normalize": True}
     name = self._prompt_name(role)
     if name is not None:
-      kwargs["prompt"] = name
+      kwargs["prompt_name"] = name
     params = inspect.signature(self.encoder.encode).parameters
     if "batch_size" in params:
       kwargs["batch_size"] = self.batch_size
@@ -434,17 +435,13 @@ class Pipeline:
         raise ValueError(f"`k` must be a positive int or None, got {k!r}.")
     return n if k is None else min(int(k), n)
 
-  def relevance(self, query_emb, passage_emb) -> np.ndarray:
-    """Non-negative relevance `[Q, N]`: cosines of normalised embeddings, `nonneg`-mapped."""
-    cos = jnp.einsum("qd,nd->qn", jnp.asarray(query_emb), jnp.asarray(passage_emb),
-                     precision=jax.lax.Precision.HIGHEST)
-    return nonnegative(cos, method=self.nonneg)
+  def relevance(self, query_emb, passage_emb) -> jax.Array:
+    """Non-negative relevance `[Q, N]`: `jaxsel.cosine_similarity` with this pipeline's `nonneg`."""
+    return cosine_similarity(query_emb, passage_emb, nonneg=self.nonneg)
 
   def similarity(self, sym_emb) -> jax.Array:
-    """Non-negative passage–passage similarity `[N, N]` from normalised embeddings."""
-    e = jnp.asarray(sym_emb)
-    cos = jnp.einsum("nd,md->nm", e, e, precision=jax.lax.Precision.HIGHEST)
-    return nonnegative(cos, method=self.nonneg)
+    """Non-negative passage–passage similarity `[N, N]`: `jaxsel.cosine_similarity`."""
+    return cosine_similarity(sym_emb, nonneg=self.nonneg)
 
   def objective(self, relevance, similarity, valid=None):
     """The submodular objective of this pipeline's method (one instance or a batch)."""

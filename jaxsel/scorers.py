@@ -3,7 +3,7 @@
 Shape legend: N candidate chunks, T positions in an order (the search's `max_depth`),
 Lc tokens per chunk, Lq query tokens, L assembled sequence length, D embedding dimension.
 
-A scorer is a pytree (`flax.struct.dataclass`) called as `scorer(order) -> value`, where
+A scorer is a pytree (a frozen dataclass, `jaxsel._pytree`) called as `scorer(order) -> value`, where
 `order` is int32 `[T]`: chunk indices in reading order, `-1` after the last one (an all `-1`
 order is the empty combination). Scorers are pure and jit-able; the search scores all
 children of a node in one `jax.vmap(scorer)` call, and a batch of queries is a batch of
@@ -32,10 +32,9 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jax import lax
 
-from jaxsel import _checks
+from jaxsel import _checks, _pytree
 
 Array = jax.Array
 
@@ -81,7 +80,7 @@ class Scorer:
     return self * -1.0
 
 
-@struct.dataclass
+@_pytree.dataclass
 class WeightedSum(Scorer):
   """`Σ_i weights[i] · terms[i](order)`. Build with `weighted_sum` or scorer arithmetic."""
   weights: Array  # [S] (or [B, S] for a batch)
@@ -155,7 +154,7 @@ def _check_n(n_expected, arr, name, axis=-1):
 # ----------------------------------------------------------------------------- objective
 
 
-@struct.dataclass
+@_pytree.dataclass
 class ObjectiveScorer(Scorer):
   """Discounted marginal gains of a jaxsel objective along the order:
   `Σ_t discount^t · (f(S_{≤t}) − f(S_{<t}))`; with `discount = 1` this is `f(S)` and the
@@ -215,7 +214,7 @@ def objective_scorer(objective, *, discount: float = 1.0) -> ObjectiveScorer:
 # ----------------------------------------------------------------------------- pairwise
 
 
-@struct.dataclass
+@_pytree.dataclass
 class PairwiseScorer(Scorer):
   """`Σ_t discount^t · unary[o_t] + Σ_{s<t} pairwise[o_s, o_t]`: unary relevance with a
   position discount plus a term for every ordered pair (earlier, later)."""
@@ -277,7 +276,7 @@ def relevance_scorer(relevance, *, discount: float = 1.0) -> PairwiseScorer:
 # ----------------------------------------------------------------------------- links
 
 
-@struct.dataclass
+@_pytree.dataclass
 class LinkScorer(Scorer):
   """Prefix-conditioned bonus: chunk `o_t` earns `max_{s<t} link[o_s, o_t] · source[o_s]`.
 
@@ -416,18 +415,18 @@ def _call_model(fn, params, ids, mask, types):
   return fn(*args) if params is None else fn(params, *args)
 
 
-@struct.dataclass
+@_pytree.dataclass
 class EmbeddingScorer(Scorer):
   """Cosine between `query_embedding` and `encode_fn`'s embedding of `[CLS] chunks… [SEP]`."""
   query_embedding: Array  # [D]
   chunk_ids: Array  # [N, Lc] int32
   chunk_lens: Array  # [N] int32
   params: Any  # pytree passed first to `encode_fn`, or None
-  encode_fn: Callable = struct.field(pytree_node=False)
-  cls_id: int = struct.field(pytree_node=False)
-  sep_id: int = struct.field(pytree_node=False)
-  pad_id: int = struct.field(pytree_node=False)
-  max_len: int = struct.field(pytree_node=False)
+  encode_fn: Callable = _pytree.field(static=True)
+  cls_id: int = _pytree.field(static=True)
+  sep_id: int = _pytree.field(static=True)
+  pad_id: int = _pytree.field(static=True)
+  max_len: int = _pytree.field(static=True)
 
   @property
   def num_candidates(self) -> int:
@@ -471,7 +470,7 @@ def embedding_scorer(encode_fn: Callable, query_embedding, chunk_ids, chunk_lens
                          pad_id=int(pad_id), max_len=max_len)
 
 
-@struct.dataclass
+@_pytree.dataclass
 class CrossEncoderScorer(Scorer):
   """A cross-encoder's logit `label` for `[CLS] query [SEP] chunk_1 … chunk_m [SEP]` (BERT), or
   `<s> query </s></s> chunk_1 … chunk_m </s>` (RoBERTa / XLM-R: `pair_sep=2`, `chunk_type=0`)."""
@@ -480,14 +479,14 @@ class CrossEncoderScorer(Scorer):
   chunk_ids: Array  # [N, Lc] int32
   chunk_lens: Array  # [N] int32
   params: Any
-  logits_fn: Callable = struct.field(pytree_node=False)
-  cls_id: int = struct.field(pytree_node=False)
-  sep_id: int = struct.field(pytree_node=False)
-  pad_id: int = struct.field(pytree_node=False)
-  max_len: int = struct.field(pytree_node=False)
-  label: int = struct.field(pytree_node=False)
-  pair_sep: int = struct.field(pytree_node=False, default=1)
-  chunk_type: int = struct.field(pytree_node=False, default=1)
+  logits_fn: Callable = _pytree.field(static=True)
+  cls_id: int = _pytree.field(static=True)
+  sep_id: int = _pytree.field(static=True)
+  pad_id: int = _pytree.field(static=True)
+  max_len: int = _pytree.field(static=True)
+  label: int = _pytree.field(static=True)
+  pair_sep: int = _pytree.field(static=True, default=1)
+  chunk_type: int = _pytree.field(static=True, default=1)
 
   @property
   def num_candidates(self) -> int:

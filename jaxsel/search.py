@@ -45,10 +45,9 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jax import lax
 
-from jaxsel import _checks
+from jaxsel import _checks, _pytree
 from jaxsel.greedy import _first_argmax
 
 Array = jax.Array
@@ -57,7 +56,7 @@ UNUSED = -1
 BACKUPS = ("max", "mean")
 
 
-@struct.dataclass
+@_pytree.dataclass
 class Tree:
   """The policy tree of one search (leading `[B]` axis on every array under `vmap`)."""
   parent: Array  # [M] int32 parent node, -1 for the root and empty slots
@@ -73,7 +72,7 @@ class Tree:
   value_min: Array  # [] float32 lowest value of any node (for `normalize`)
   value_max: Array  # [] float32 highest value of any node
   num_expanded: Array  # [] int32 iterations that expanded a node
-  num_candidates: int = struct.field(pytree_node=False)
+  num_candidates: int = _pytree.field(static=True)
 
   def children(self, node) -> Array:
     """Children of `node`, `[N]` int32, `-1` where chunk j is not a child (or not expanded)."""

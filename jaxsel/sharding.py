@@ -33,11 +33,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jax import lax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from jaxsel import _checks
+from jaxsel import _checks, _pytree
 from jaxsel.greedy import Selection, greedy
 from jaxsel.large import (
     EmbeddingFacilityLocation,
@@ -291,14 +290,14 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
              per_query(cost_penalty))
 
 
-@struct.dataclass
+@_pytree.dataclass
 class _CandidateShard:
   """The objective as seen by one device under candidate parallelism: `local` holds this
   device's candidates (ids `offset + [0, n_local)`), gains and updates are made global with
   collectives over `axes`. Implements the objective protocol for `jaxsel.greedy`."""
   local: Any
   valid: Array  # [N] bool, all candidates (padded to a multiple of the device count)
-  axes: tuple = struct.field(pytree_node=False)
+  axes: tuple = _pytree.field(static=True)
 
   @property
   def num_candidates(self) -> int:

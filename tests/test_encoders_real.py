@@ -63,3 +63,42 @@ def test_minilm_bfloat16_stays_close(minilm, reference):
   bf16 = jaxsel.load_encoder(E.DEFAULT_ENCODER, dtype=jnp.bfloat16)
   got = np.asarray(bf16.encode(SENTENCES))
   assert (got * reference).sum(1).min() > 0.99
+
+
+def test_pipeline_embeds_like_the_real_minilm(minilm):
+  """all-MiniLM-L6-v2 has no prompts: the Pipeline's query and passage embeddings are the
+  encoder's plain embeddings (the bug was `"query" + text`), and passages are embedded once."""
+  calls = []
+  real = minilm.encode
+
+  class Spy:  # the real encoder, its calls counted
+    tokenizer, prompts, dim = minilm.tokenizer, minilm.prompts, minilm.dim
+
+    def encode(self, texts, **kw):
+      calls.append(kw.get("prompt_name"))
+      return real(texts, **kw)
+
+  pipe = jaxsel.Pipeline(Spy())
+  plain = np.asarray(minilm.encode(SENTENCES))
+  np.testing.assert_array_equal(pipe.embed(SENTENCES, "query"), plain)
+  np.testing.assert_array_equal(pipe.embed(SENTENCES, "passage"), plain)
+  wrong = np.asarray(minilm.encode(SENTENCES, prompt="query"))  # what the bug embedded
+  assert np.abs(wrong - plain).max() > 1e-2
+  calls.clear()
+  res = pipe.select(SENTENCES[5], ["\n\n".join(SENTENCES[:5])], budget=64)
+  assert calls.count("passage") + calls.count(None) == 1 and calls.count("query") == 1
+  np.testing.assert_allclose(res.candidate_scores, np.maximum(
+      np.asarray(minilm.encode([SENTENCES[5]])) @ np.asarray(minilm.encode(
+          [p.text for p in res.candidates])).T, 0), atol=1e-6)
+
+
+def test_pipeline_uses_the_models_prompts(minilm):
+  """With E5-style prompts the Pipeline embeds `"query: " + text` (the prompt text, by name)."""
+  folder = str(E.default_encoder_path())
+  e5 = jaxsel.load_encoder(folder, prompts={"query": "query: ", "passage": "passage: "})
+  pipe = jaxsel.Pipeline(e5)
+  for role in ("query", "passage"):
+    np.testing.assert_array_equal(pipe.embed(SENTENCES, role),
+                                  np.asarray(e5.encode(SENTENCES, prompt_name=role)))
+    np.testing.assert_array_equal(pipe.embed(SENTENCES, role),
+                                  np.asarray(minilm.encode(SENTENCES, prompt=role + ": ")))

@@ -159,3 +159,21 @@ def test_monotone_and_submodular(case):
 def test_bad_input_errors(bad, match):
   with pytest.raises((ValueError, TypeError), match=match):
     bad()
+
+
+def test_matrix_beyond_memory_is_a_clear_error_before_allocating(monkeypatch):
+  """XLA:CPU aborts the process (SIGABRT) on an allocation it cannot make; the size is known
+  from the shapes, so the error comes first and names the objectives that need no matrix."""
+  emb = np.ones((300_000, 4), np.float32)  # [N, N] float32 would be 360 GB
+  with pytest.raises(MemoryError, match=r"GiB.*facility_location_from_embeddings"):
+    jaxsel.cosine_similarity(emb)
+  huge = np.broadcast_to(np.float32(0.5), (200_000, 200_000))  # a view: no memory behind it
+  for build in (lambda s: jaxsel.facility_location(s), lambda s: jaxsel.coverage(s),
+                lambda s: jaxsel.saturated_coverage(s, np.ones(200_000, np.float32))):
+    with pytest.raises(MemoryError, match="knn_facility_location"):
+      build(huge)
+  # The check follows the memory there is: with plenty free it lets a moderate matrix through.
+  from jaxsel import _checks
+  monkeypatch.setattr(_checks, "available_bytes", lambda: 1 << 31)
+  with pytest.raises(MemoryError, match="only 2.0 GiB is free"):
+    jaxsel.cosine_similarity(np.ones((20_000, 4), np.float32))  # 2 × 1.6 GB
