@@ -9,15 +9,32 @@ import tempfile
 import numpy as np
 
 
+TMP_PREFIX = ".tmp-"
+_TAIL = 48  # characters of the target's name kept in a temp name: short enough for NAME_MAX
+
+
+def _tail(path) -> str:
+  return os.path.basename(os.fspath(path))[-_TAIL:]
+
+
+def is_tmp_of(name: str, target: str) -> bool:
+  """Whether file `name` is a temporary file `atomic_write` makes while writing `target`."""
+  suffix = "-" + _tail(target)
+  return (name.startswith(TMP_PREFIX) and name.endswith(suffix)
+          and len(name) > len(TMP_PREFIX) + len(suffix))
+
+
 def atomic_write(path, data: bytes) -> None:
   """Writes `data` to `path` so that readers see either the old file or all of the new one.
 
   The bytes go to a temporary file in the same folder, are flushed to disk, and replace
   `path` with one `os.replace`; the folder is then synced so the rename itself is durable.
-  A failure leaves `path` untouched and removes the temporary file."""
+  A failure leaves `path` untouched and removes the temporary file. The temporary file is
+  named `.tmp-<random>-<name of path>` (see `is_tmp_of`), so a process killed mid-write leaves a
+  file whose owner can tell whose it is (the vector index cleans only the ones it can name)."""
   path = os.fspath(path)
   folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX, suffix="-" + _tail(path))
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(data)

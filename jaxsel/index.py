@@ -13,11 +13,23 @@ On disk an index is a folder:
 * `index.json`: the manifest (format, dimension, count, file names, SHA-256 of each file, user
   `info` such as the encoder that made the vectors);
 * `vectors-<generation>.safetensors`: the `[N, D]` float32 embeddings;
-* `records-<generation>.jsonl`: one JSON object per vector, `{"text": ..., "metadata": ...}`.
+* `records-<generation>.jsonl`: one JSON object per vector, `{"text": ..., "metadata": ...}`,
+  one per line. Lines end with b"\n" only (JSON escapes it inside strings), so texts holding
+  U+2028, U+2029 or U+0085 load back; lone surrogates (a valid Python `str`, not valid Unicode
+  text) are written as their code points' UTF-8-style bytes (`surrogatepass`), so every `str`
+  round-trips exactly. Metadata holding NaN or infinity is refused by `add` (JSON has no such
+  numbers);
+* `.index-pending.json`, only while a save is in progress: the journal of the files it may leave.
 
-A save writes and fsyncs the new generation's files, then replaces the manifest with one atomic
-`os.replace`; only then are the old generation's files removed. A crash at any point leaves either
-the old index or the new one, both complete.
+A save first writes its journal (the names of the files it will write and of the old generation's
+files it will drop), writes and fsyncs the new generation's files, then replaces the manifest with
+one atomic `os.replace`; only then are the old generation's files and the journal removed. A crash
+at any point leaves either the old index or the new one, both complete, and the next save removes
+what the crashed one left (the files its journal names, and their `atomic_write` temp files).
+
+An index only ever deletes files it wrote: the files its manifest or its journal names, and the
+temp files of those names. It never saves into a folder that holds other files but no index (that
+is refused before anything is written); other files beside an index are left alone.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from safetensors.numpy import load as st_load, save as st_save
 
-from jaxsel._io import atomic_write
+from jaxsel._io import atomic_write, is_tmp_of
 from jaxsel import _checks
 
 Array = jax.Array
@@ -44,6 +56,7 @@ Array = jax.Array
 FORMAT = "jaxsel-index"
 VERSION = 1
 MANIFEST = "index.json"
+PENDING = ".index-pending.json"  # the journal of a save in progress
 _MIN_CAPACITY = 64
 
 
@@ -148,7 +161,9 @@ class VectorIndex:
           metadata: Optional[Sequence[Any]] = None) -> np.ndarray:
     """Adds `embeddings` `[M, D]` (normalised here) with optional texts and metadata.
 
-    Returns the `[M]` row ids they got. Texts and metadata must be JSON-serialisable.
+    Returns the `[M]` row ids they got. Texts may be any `str`. Metadata must be
+    JSON-serialisable without NaN or infinity (JSON has no such numbers; a `ValueError` names
+    the `metadata[i]` holding one: store None or a string instead).
     """
     x = _checks.as_float_array(embeddings, "embeddings")
     if x.ndim == 1:
@@ -165,13 +180,10 @@ class VectorIndex:
     for name, v in (("texts", texts), ("metadata", metadata)):
       if len(v) != m:
         raise ValueError(f"`{name}` must have one entry per embedding: {len(v)} for {m}.")
-    for i, t in enumerate(texts):
+    for i, (t, meta) in enumerate(zip(texts, metadata)):
       if t is not None and not isinstance(t, str):
         raise TypeError(f"`texts[{i}]` must be a str or None, got {type(t).__name__}.")
-    try:
-      json.dumps(metadata)
-    except TypeError as e:
-      raise TypeError(f"`metadata` must be JSON-serialisable to be saved: {e}") from None
+      _record_line(t, meta, i)  # refuses what `save` could not write
     if m == 0:
       return np.zeros((0,), np.int64)
     need = self._count + m
@@ -216,21 +228,24 @@ class VectorIndex:
 
   # -- persistence -----------------------------------------------------------------------------
   def save(self, path) -> Path:
-    """Saves to folder `path` atomically (see the module docstring); returns the path."""
+    """Saves to folder `path` atomically (see the module docstring); returns the path.
+
+    `path` must be a new or empty folder, or one that holds a jaxsel index (which is replaced;
+    other files beside it are kept). A folder holding files but no index is refused with a
+    `ValueError` before anything is written.
+    """
     path = Path(path)
     if path.exists() and not path.is_dir():
       raise ValueError(f"`path` {str(path)!r} is a file; an index is saved as a folder.")
-    path.mkdir(parents=True, exist_ok=True)
-    old = _read_manifest(path) if (path / MANIFEST).exists() else None
-    gen = 1 + (old["generation"] if old and isinstance(old.get("generation"), int) else 0)
-    vectors_name, records_name = f"vectors-{gen:06d}.safetensors", f"records-{gen:06d}.jsonl"
+    old, pending = _claim_folder(path)
+    current = _data_files(old)
+    gen = _free_generation(path, 1 + (old["generation"] if old and isinstance(
+        old.get("generation"), int) else 0), current, pending)
+    vectors_name, records_name = _file_names(gen)
     vec_bytes = st_save({"embeddings": np.asarray(self.embeddings, np.float32)},
                         metadata={"format": FORMAT})
-    rec_bytes = "".join(
-        json.dumps({"text": t, "metadata": m}, ensure_ascii=False) + "\n"
-        for t, m in zip(self.texts, self.metadata)).encode("utf-8")
-    _atomic_write(path / vectors_name, vec_bytes)
-    _atomic_write(path / records_name, rec_bytes)
+    rec_bytes = "".join(_record_line(t, m, i) + "\n" for i, (t, m) in enumerate(
+        zip(self.texts, self.metadata))).encode("utf-8", "surrogatepass")
     manifest = {
         "format": FORMAT, "version": VERSION, "generation": gen, "dim": self.dim,
         "count": self._count, "vectors": vectors_name, "records": records_name,
@@ -238,11 +253,21 @@ class VectorIndex:
                    records_name: hashlib.sha256(rec_bytes).hexdigest()},
         "info": self.info,
     }
-    _atomic_write(path / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode("utf-8"))
-    for f in path.iterdir():  # the old generation, and leftovers of interrupted saves
-      if f.name not in (MANIFEST, vectors_name, records_name) and (
-          f.name.startswith(("vectors-", "records-", ".tmp-"))):
-        f.unlink(missing_ok=True)
+    try:
+      man_bytes = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+    except (TypeError, ValueError) as e:
+      raise TypeError(f"`info` must be JSON-serialisable to be saved: {e}") from None
+    path.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path, current, pending)
+    journal = {"format": FORMAT, "files": [vectors_name, records_name] + current}
+    _atomic_write(path / PENDING, (json.dumps(journal) + "\n").encode("utf-8"))
+    _atomic_write(path / vectors_name, vec_bytes)
+    _atomic_write(path / records_name, rec_bytes)
+    _atomic_write(path / MANIFEST, man_bytes)  # the commit point
+    for name in current:
+      if name not in (vectors_name, records_name):
+        (path / name).unlink(missing_ok=True)
+    (path / PENDING).unlink(missing_ok=True)
     return path
 
   @classmethod
@@ -264,7 +289,7 @@ class VectorIndex:
                          f"in {MANIFEST} (truncated or modified); rebuild the index.")
     try:
       vectors = st_load(blobs["vectors"])["embeddings"]
-      records = [json.loads(line) for line in blobs["records"].decode("utf-8").splitlines()]
+      records = _parse_records(blobs["records"])
     except Exception as e:  # checksums matched, so the writer itself was broken
       raise ValueError(f"Corrupt index {str(path)!r}: cannot parse its files ({e}).") from None
     if vectors.shape != (man["count"], man["dim"]) or len(records) != man["count"]:
@@ -280,6 +305,87 @@ class VectorIndex:
       index.texts = [r.get("text") for r in records]
       index.metadata = [r.get("metadata") for r in records]
     return index
+
+
+def _record_line(text: Optional[str], meta: Any, i: int) -> str:
+  """Record `i` as one line of JSON (without its b"\n"); names the metadata JSON cannot hold."""
+  try:
+    return json.dumps({"text": text, "metadata": meta}, ensure_ascii=False, allow_nan=False)
+  except TypeError as e:
+    raise TypeError(f"`metadata[{i}]` must be JSON-serialisable to be saved: {e}") from None
+  except ValueError as e:
+    raise ValueError(f"`metadata[{i}]` cannot be saved as JSON ({e}). NaN and infinity are "
+                     "refused (JSON has no such numbers): store None or a string instead.") from None
+
+
+def _parse_records(blob: bytes) -> list:
+  """Inverse of the records file `save` writes: split on b"\n" only, never `str.splitlines`
+  (which also splits at U+2028, U+2029, U+0085 and other characters a text may hold)."""
+  text = blob.decode("utf-8", "surrogatepass")
+  return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
+def _file_names(gen: int) -> tuple:
+  return f"vectors-{gen:06d}.safetensors", f"records-{gen:06d}.jsonl"
+
+
+def _data_files(manifest: Optional[dict]) -> list:
+  return [] if manifest is None else [manifest["vectors"], manifest["records"]]
+
+
+def _claim_folder(path: Path) -> tuple:
+  """`(manifest or None, names in the journal of an interrupted save)` of folder `path`.
+
+  Writes nothing. Refuses a folder that holds files but neither an index nor the journal of
+  one, since saving there could overwrite or delete files the index did not write."""
+  if not path.is_dir():
+    return None, []
+  old = _read_manifest(path) if (path / MANIFEST).exists() else None
+  pending = _read_pending(path) if (path / PENDING).exists() else []
+  if old is None and not (path / PENDING).exists():
+    others = sorted(f.name for f in path.iterdir())
+    if others:
+      shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+      raise ValueError(f"`path` {str(path)!r} holds files ({shown}) but no jaxsel index "
+                       f"(no {MANIFEST}); saving there could overwrite them. Save the index into "
+                       "a new or empty folder, e.g. a subfolder of this one.")
+  return old, pending
+
+
+def _read_pending(path: Path) -> list:
+  try:
+    journal = json.loads((path / PENDING).read_text("utf-8"))
+  except (json.JSONDecodeError, UnicodeDecodeError):
+    journal = None
+  names = journal.get("files") if isinstance(journal, dict) and journal.get(
+      "format") == FORMAT else None
+  if not (isinstance(names, list) and all(
+      isinstance(n, str) and n and n == Path(n).name and n not in (MANIFEST, PENDING, "..")
+      for n in names)):
+    raise ValueError(f"Corrupt index {str(path)!r}: {PENDING}, the journal of an interrupted "
+                     "save, is unreadable, so the files that save left cannot be told apart from "
+                     f"yours. Remove them and {PENDING} by hand, then save again.")
+  return names
+
+
+def _free_generation(path: Path, gen: int, current: list, pending: list) -> int:
+  """The first generation from `gen` whose file names neither belong to the current index nor
+  are taken by a file the index did not write (which is kept, never overwritten)."""
+  while any(n in current or ((path / n).exists() and n not in pending) for n in _file_names(gen)):
+    gen += 1
+  return gen
+
+
+def _remove_leftovers(path: Path, current: list, pending: list) -> None:
+  """Removes what an interrupted save left: the files its journal names that the current
+  manifest does not, and the `atomic_write` temp files of the index's own file names."""
+  for name in pending:
+    if name not in current:
+      (path / name).unlink(missing_ok=True)
+  own = set(pending) | set(current) | {MANIFEST, PENDING}
+  for f in path.iterdir():
+    if any(is_tmp_of(f.name, name) for name in own) and f.is_file():
+      f.unlink(missing_ok=True)
 
 
 def _read_manifest(path: Path) -> dict:

@@ -1,5 +1,6 @@
 """The embedded vector index: exact top-k against NumPy, save/load, crash safety, sharding."""
 
+import io
 import json
 import os
 import subprocess
@@ -8,6 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jaxsel import index as index_lib
 from jaxsel.index import VectorIndex
@@ -120,15 +122,24 @@ def test_interrupted_save_leaves_the_old_index_readable(data, tmp_path, monkeypa
   assert not [f for f in path.iterdir() if f.name.startswith(".tmp-")]
 
 
-def test_killed_process_mid_save_leaves_the_old_index(tmp_path):
-  """A real crash: a child process is killed (os._exit) while writing its new generation."""
-  path = tmp_path / "idx"
+def _kill_mid_save(path, hook):
+  """A child process saves 10 vectors to `path`, adds 30, and saves again with `hook` (code
+  that patches the index module `m` so the process dies with os._exit(9) mid-save)."""
   code = textwrap.dedent(f"""
       import os, numpy as np
       from jaxsel import index as m
       x = np.random.default_rng(1).normal(size=(40, 8)).astype(np.float32)
       ix = m.VectorIndex(8); ix.add(x[:10], texts=[str(i) for i in range(10)]); ix.save({str(path)!r})
       ix.add(x[10:], texts=[str(i) for i in range(10, 40)])
+  """) + textwrap.dedent(hook) + f"ix.save({str(path)!r})\n"
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 9, r.stderr
+
+
+def test_killed_process_mid_save_leaves_the_old_index(tmp_path):
+  """A real crash: a child process is killed (os._exit) while writing its new generation."""
+  path = tmp_path / "idx"
+  _kill_mid_save(path, """
       real = m._atomic_write
       def dying(p, data):
         if p.name.startswith("records-"):
@@ -137,10 +148,7 @@ def test_killed_process_mid_save_leaves_the_old_index(tmp_path):
           os._exit(9)
         real(p, data)
       m._atomic_write = dying
-      ix.save({str(path)!r})
   """)
-  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-  assert r.returncode == 9, r.stderr
   back = VectorIndex.load(path)
   assert len(back) == 10 and back.texts == [str(i) for i in range(10)]
 
@@ -164,6 +172,149 @@ def test_corrupt_files_are_named(data, tmp_path):
     VectorIndex.load(path)
   with pytest.raises(FileNotFoundError, match="No jaxsel index"):
     VectorIndex.load(tmp_path / "nowhere")
+
+
+# Any str: every code point, lone surrogates included, and the line breaks `str.splitlines` knows.
+_ANY_CHAR = st.one_of(st.characters(exclude_categories=()),
+                      st.sampled_from("\u2028\u2029\x85\n\r\x0b\x0c\x1c\ud800\udfff"))
+_ANY_TEXT = st.text(_ANY_CHAR, max_size=12)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _ANY_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=6)
+
+
+def _has_non_finite(x) -> bool:
+  if isinstance(x, float):
+    return not np.isfinite(x)
+  if isinstance(x, list):
+    return any(map(_has_non_finite, x))
+  if isinstance(x, dict):
+    return any(map(_has_non_finite, x.values()))
+  return False
+
+
+def _listing(path):
+  return {f.name: f.read_bytes() for f in sorted(path.iterdir())}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.none() | _ANY_TEXT, min_size=3, max_size=3),
+       metadata=st.lists(_JSON, min_size=3, max_size=3))
+def test_any_text_and_json_metadata_round_trip(texts, metadata):
+  """Texts round-trip whatever they hold; metadata round-trips unless it holds NaN/infinity,
+  which `add` refuses by naming the entry."""
+  import tempfile
+  ix = VectorIndex(2)
+  x = np.eye(3, 2, dtype=np.float32) + 1
+  bad = [i for i, m in enumerate(metadata) if _has_non_finite(m)]
+  if bad:
+    with pytest.raises(ValueError, match=rf"metadata\[{bad[0]}\].*NaN and infinity"):
+      ix.add(x, texts=texts, metadata=metadata)
+    return
+  ix.add(x, texts=texts, metadata=metadata)
+  with tempfile.TemporaryDirectory() as d:
+    back = VectorIndex.load(ix.save(os.path.join(d, "idx")))
+  assert back.texts == texts and back.metadata == metadata
+
+
+def test_line_separators_and_surrogates_round_trip_and_a_failed_save_keeps_the_old(data, tmp_path):
+  """U+2028/U+2029/U+0085 used to save fine and never load (records were split with
+  `str.splitlines`); a lone surrogate failed to encode. Both round-trip now."""
+  x, _ = data
+  texts = ["a\u2028b", "c\u2029d", "e\x85f", "\ud800", "\ud83d\ude00 (two lone halves)", "g\rh\x1ci"]
+  meta = [{"k\u2028": "v\x85"}, ["\udfff"], None, 1.5, {"n": [1, "\u2029"]}, "x"]
+  path = tmp_path / "idx"
+  ix = VectorIndex(16)
+  ix.add(x[:6], texts=texts, metadata=meta)
+  ix.save(path)
+  back = VectorIndex.load(path)
+  assert back.texts == texts and back.metadata == meta
+  assert [len(t) for t in back.texts] == [len(t) for t in texts]
+  # A save that fails leaves the previous good version, and writes nothing.
+  before = _listing(path)
+  ix.metadata[2] = {"score": float("nan")}  # mutated after `add`: refused by `save`
+  with pytest.raises(ValueError, match=r"metadata\[2\]"):
+    ix.save(path)
+  ix.metadata[2] = None
+  ix.info["encoder"] = object()
+  with pytest.raises(TypeError, match="`info`"):
+    ix.save(path)
+  assert _listing(path) == before
+  assert VectorIndex.load(path).texts == texts
+  with pytest.raises(ValueError, match=r"metadata\[1\].*NaN and infinity"):
+    VectorIndex(16).add(x[:2], metadata=[{}, {"w": [float("inf")]}])
+
+
+def test_save_never_deletes_or_overwrites_files_it_did_not_write(data, tmp_path):
+  x, _ = data
+  path = tmp_path / "notes"
+  path.mkdir()
+  theirs = {"records-2024.md": b"my records", "vectors-notes.txt": b"v", ".tmp-draft.md": b"t",
+            "vectors-000002.safetensors": b"not an index file", "index.jsonl": b"{}"}
+  for name, b in theirs.items():
+    (path / name).write_bytes(b)
+  # A folder holding files but no index is refused before anything is written.
+  with pytest.raises(ValueError, match="holds files.*but no jaxsel index.*new or empty folder"):
+    _filled(x[:20], chunks=(0, 20)).save(path)
+  assert _listing(path) == theirs
+  # Beside an index, other files are kept; a name taken by one of them is skipped.
+  path = tmp_path / "idx"
+  _filled(x[:20], chunks=(0, 20)).save(path)
+  for name, b in theirs.items():
+    (path / name).write_bytes(b)
+  _filled(x, chunks=(0, 150)).save(path)
+  _filled(x[:30], chunks=(0, 30)).save(path)
+  assert {n: b for n, b in _listing(path).items() if n in theirs} == theirs
+  assert sorted(set(_listing(path)) - set(theirs)) == [
+      "index.json", "records-000004.jsonl", "vectors-000004.safetensors"]
+  assert len(VectorIndex.load(path)) == 30
+
+
+def test_next_save_cleans_exactly_what_a_killed_save_left(tmp_path):
+  """The child dies inside the real `atomic_write` of the records (its temp file written, not
+  yet renamed); the next save removes that temp file and the orphan vectors, nothing else."""
+  path = tmp_path / "idx"
+  _kill_mid_save(path, """
+      real = os.replace
+      def dying(src, dst):
+        if os.path.basename(dst).startswith("records-"):
+          os._exit(9)
+        real(src, dst)
+      m.os.replace = dying
+  """)
+  theirs = {".tmp-notes.md": b"mine", "records-2024.md": b"mine too"}
+  left = set(_listing(path))
+  assert "vectors-000002.safetensors" in left
+  assert [n for n in left if n.startswith(".tmp-") and n.endswith("-records-000002.jsonl")]
+  for name, b in theirs.items():
+    (path / name).write_bytes(b)
+  back = VectorIndex.load(path)
+  assert len(back) == 10
+  back.save(path)
+  got = _listing(path)
+  assert {n: got[n] for n in theirs} == theirs
+  assert sorted(set(got) - set(theirs)) == [
+      "index.json", "records-000002.jsonl", "vectors-000002.safetensors"]
+
+
+def test_cli_index_build_into_the_documents_folder_is_refused(tmp_path, monkeypatch, capsys):
+  from jaxsel import cli
+  from jaxsel.encoders import tiny_encoder
+  notes = tmp_path / "notes"
+  notes.mkdir()
+  (notes / "records-2024.md").write_text("Minutes of the 2024 meeting. We agreed on a plan.\n")
+  (notes / "todo.txt").write_text("Buy milk. Write the report.\n")
+  before = _listing(notes)
+  monkeypatch.setattr(cli, "load_model", lambda name: tiny_encoder())
+  code = cli.main(["index", "build", str(notes), "--out", str(notes), "--quiet"], out=io.StringIO())
+  assert code == 1
+  assert "no jaxsel index" in capsys.readouterr().err
+  assert _listing(notes) == before
+  assert cli.main(["index", "build", str(notes), "--out", str(notes / "index"), "--quiet"],
+                  out=io.StringIO()) == 0
+  assert {n: (notes / n).read_bytes() for n in before} == before
+  assert len(VectorIndex.load(notes / "index")) >= 2
 
 
 def test_bad_input(data):
