@@ -13,9 +13,11 @@ pair of the two, a flaky failure that depended on hash buckets).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
+import numpy as np
 
 _STATIC = "jaxsel_static"
 
@@ -56,3 +58,69 @@ def dataclass(cls):
   jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
   cls.replace = _replace
   return cls
+
+
+# ----------------------------------------------------------------------------- static leaves
+# A pytree argument of a jitted function may hold leaves that are not arrays: a plain Python
+# callable passed as a CORAG scorer is itself one leaf, and a scorer's closure over a model is
+# another. `jit_static_leaves` passes such leaves as static arguments (hashed by identity when
+# they have no hash of their own) and the array leaves as traced ones.
+
+_ARRAY_LEAVES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+class _ByIdentity:
+  """An unhashable static leaf, hashed and compared by identity."""
+
+  def __init__(self, x):
+    self.x = x
+
+  def __hash__(self):
+    return id(self.x)
+
+  def __eq__(self, other):
+    return isinstance(other, _ByIdentity) and other.x is self.x
+
+
+def _hashable(x):
+  try:
+    hash(x)
+  except TypeError:
+    return _ByIdentity(x)
+  return x
+
+
+def partition(tree):
+  """`(arrays, static)`: the array leaves of `tree` (None in place of the others) and a
+  hashable description of the rest (`combine` puts them back together)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  is_array = [isinstance(x, _ARRAY_LEAVES) for x in leaves]
+  arrays = [x if a else None for x, a in zip(leaves, is_array)]
+  static = tuple(None if a else _hashable(x) for x, a in zip(leaves, is_array))
+  return arrays, (treedef, static)
+
+
+def combine(arrays, static):
+  treedef, rest = static
+  leaves = [a if s is None else (s.x if isinstance(s, _ByIdentity) else s)
+            for a, s in zip(arrays, rest)]
+  return jax.tree.unflatten(treedef, leaves)
+
+
+def jit_static_leaves(fun=None, *, static_argnames=()):
+  """`jax.jit` of `fun(first, *args, **kwargs)` where the non-array leaves of `first` (e.g. a
+  plain Python function used as a scorer) are static and its array leaves are traced. A new
+  closure is a new static value, so it compiles anew; pytrees of arrays compile once per shape."""
+  if fun is None:
+    return functools.partial(jit_static_leaves, static_argnames=static_argnames)
+
+  @functools.partial(jax.jit, static_argnames=("static",) + tuple(static_argnames))
+  def inner(arrays, *args, static, **kwargs):
+    return fun(combine(arrays, static), *args, **kwargs)
+
+  @functools.wraps(fun)
+  def outer(first, *args, **kwargs):
+    arrays, static = partition(first)
+    return inner(arrays, *args, static=static, **kwargs)
+
+  return outer

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxsel import _checks
+from jaxsel import _checks, _pytree
 from jaxsel.search import UNUSED, SearchResult, _empty_order, _score_all, check_inputs
 
 Array = jax.Array
@@ -85,7 +85,7 @@ def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, *, d):
   return _result(scorer, order, costs)
 
 
-@functools.partial(jax.jit, static_argnames=("max_depth",))
+@_pytree.jit_static_leaves(static_argnames=("max_depth",))
 def _naive_rag(scorer, costs, budget, valid, relevance, *, max_depth):
   rel = _relevance(scorer, relevance, costs.shape[0], max_depth)
   return _fill(scorer, costs, budget, valid, lambda _: rel, jnp.zeros(()), lambda s, j: s, d=max_depth)
@@ -104,7 +104,7 @@ def naive_rag(scorer, costs, *, budget, max_depth: Optional[int] = None, valid=N
   return _naive_rag(scorer, costs, budget, valid, relevance, max_depth=max_depth)
 
 
-@functools.partial(jax.jit, static_argnames=("max_depth",))
+@_pytree.jit_static_leaves(static_argnames=("max_depth",))
 def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, *, max_depth):
   rel = _relevance(scorer, relevance, costs.shape[0], max_depth)
   # state: max similarity of each candidate to the chosen set (-inf for the empty set). The
@@ -160,7 +160,7 @@ def num_ordered_combinations(n: int, max_size: int) -> int:
   return sum(math.perm(n, k) for k in range(1, max_size + 1))
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size",))
+@_pytree.jit_static_leaves(static_argnames=("batch_size",))
 def _exhaustive(scorer, costs, budget, valid, combos, used, safe, *, batch_size):
   # `used`/`safe` come precomputed from NumPy: when the caller's jit makes `combos` a
   # constant, XLA would otherwise spend seconds constant-folding them.

@@ -313,6 +313,10 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
         f"`objective` must be a jaxsel objective (e.g. `jaxsel.facility_location(...)`), "
         f"got {type(objective).__name__}.")
   n = objective.num_candidates
+  if jnp.ndim(objective.valid) != 1:
+    raise ValueError(
+        f"`objective` is a batch (`valid` has shape {jnp.shape(objective.valid)}); greedy takes one "
+        "instance: `jax.vmap(lambda o: jaxsel.greedy(o, k=...))(objectives)`.")
   if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
     raise TypeError(f"`k` must be a Python int (it fixes output shapes), got {type(k).__name__}.")
   k = int(k)
@@ -324,18 +328,24 @@ def greedy(objective, *, k: int, costs=None, budget=None, min_gain=None, method:
     raise ValueError("`costs` and `budget` go together: pass both (a knapsack budget) or neither.")
   if costs is not None:
     costs = _checks.as_float_array(costs, "costs").astype(jnp.float32)
-    if costs.shape[-1:] != (n,):
-      raise ValueError(f"`costs` must have shape [N] = [{n}], got {costs.shape}.")
+    if costs.shape != (n,):
+      raise ValueError(f"`costs` must have shape [N] = [{n}] (one instance; `jax.vmap` for a "
+                       f"batch), got {costs.shape}.")
     _checks.check_finite(costs, "costs")
     if _checks.is_concrete(costs) and bool((np.asarray(costs) < 0).any()):
       raise ValueError("`costs` must be non-negative (a cost is e.g. a token count).")
     budget = _checks.as_float_array(budget, "budget").astype(jnp.float32)
+    if budget.ndim != 0:
+      raise ValueError(f"`budget` must be a scalar (one instance; `jax.vmap` for a batch), got "
+                       f"shape {budget.shape}.")
     if _checks.is_concrete(budget):
       b = np.asarray(budget)
       if not np.isfinite(b).all() or (b < 0).any():
         raise ValueError(f"`budget` must be a finite non-negative number, got {b}.")
   if min_gain is not None:
-    min_gain = jnp.asarray(min_gain, jnp.float32)
+    min_gain = _checks.as_float_array(min_gain, "min_gain").astype(jnp.float32)
+    if min_gain.ndim != 0:
+      raise ValueError(f"`min_gain` must be a scalar, got shape {min_gain.shape}.")
     if _checks.is_concrete(min_gain) and not np.isfinite(np.asarray(min_gain)).all():
       raise ValueError("`min_gain` must be finite.")
   if method == "stochastic":

@@ -181,6 +181,9 @@ def _as_queries(queries) -> list:
     return []
   if isinstance(queries, str):
     queries = [queries]
+  if not isinstance(queries, (list, tuple)):
+    raise TypeError(f"`queries` must be a str, a list of str, or None (text selection), got "
+                    f"{type(queries).__name__}.")
   queries = list(queries)
   for i, q in enumerate(queries):
     if not isinstance(q, str):
@@ -422,6 +425,10 @@ class Pipeline:
     if self.method in NEEDS_QUERY and not queries:
       raise ValueError(f"method {self.method!r} ranks passages for a query; pass `queries`, or "
                        "use method='coverage' for text selection without a query.")
+    if self.method == "coverage" and queries:
+      raise ValueError("method 'coverage' is text selection: it covers the documents and takes no "
+                       "query (it would be ignored). Pass `queries=None`, or use "
+                       "method='facility_location' or 'saturated_coverage' to select for the queries.")
     if budget is not None:
       if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
           or not math.isfinite(budget) or budget < 0:
@@ -480,8 +487,8 @@ class Pipeline:
     """
     queries = _as_queries(queries)
     min_gain = self.min_gain if min_gain is None else min_gain
-    if self.method in NEEDS_QUERY and not queries:
-      self._check(queries, None, None, [], 0)
+    if (self.method in NEEDS_QUERY and not queries) or (self.method == "coverage" and queries):
+      self._check(queries, None, None, [], 0)  # before any embedding
     passages, emb, sym, docs = self._candidates(queries, documents_or_index)
     costs = np.asarray([p.tokens for p in passages], np.float32)
     k = self._check(queries, budget, k, costs, len(passages))
@@ -577,6 +584,9 @@ class Pipeline:
         feats = self.features(queries, q_emb, emb, passages, costs)
       scorer = self.scorer(name, rel, sim, features=feats)
       res = search.corag_search(scorer, costs, budget=total, max_depth=depth, **settings)
+      if bool(res.tree.nonfinite):
+        raise ValueError(f"The CORAG scorer {name!r} returned NaN or infinite values for this "
+                         "request; the search stopped. Check the scorer (and its model's inputs).")
     order = np.asarray(res.order)[:int(res.length)]
     curve, gains = _prefix_values(scorer, order, depth)
     # A searched order is not a greedy ranking (a later chunk may pay off only after an
@@ -685,5 +695,4 @@ def _prefix_values(scorer, order: np.ndarray, depth: int):
 def _trim(indices, gains, values, count):
   count = int(count)
   idx = np.asarray(indices)[:count]
-  assert (idx != UNSELECTED).all()
   return idx.astype(np.int64), np.asarray(gains)[:count], np.asarray(values)[:count]

@@ -146,6 +146,14 @@ def _discount_at(discount, used: Array, dtype=jnp.float32) -> Array:
   return jnp.asarray(discount, dtype) ** jnp.sum(used).astype(dtype)
 
 
+def _discount(discount) -> Array:
+  """The checked position discount: in (0, 1] (NaN fails this test too)."""
+  d = _checks.as_float_array(discount, "discount").astype(jnp.float32)
+  if _checks.is_concrete(d) and not bool(((d > 0) & (d <= 1)).all()):
+    raise ValueError(f"`discount` must lie in (0, 1] (weight discount^t of position t), got {discount}.")
+  return d
+
+
 def _check_n(n_expected, arr, name, axis=-1):
   if arr.shape[axis] != n_expected:
     raise ValueError(f"`{name}` must have N={n_expected} along axis {axis}, got shape {arr.shape}.")
@@ -205,10 +213,7 @@ def objective_scorer(objective, *, discount: float = 1.0) -> ObjectiveScorer:
   if not all(hasattr(objective, a) for a in ("init", "update", "state_value", "num_candidates")):
     raise TypeError(f"`objective` must be a jaxsel objective (e.g. `jaxsel.facility_location`), "
                     f"got {type(objective).__name__}.")
-  d = jnp.asarray(discount, jnp.float32)
-  if _checks.is_concrete(d) and not bool(((d > 0) & (d <= 1)).all()):
-    raise ValueError(f"`discount` must lie in (0, 1], got {discount}.")
-  return ObjectiveScorer(objective=objective, discount=d)
+  return ObjectiveScorer(objective=objective, discount=_discount(discount))
 
 
 # ----------------------------------------------------------------------------- pairwise
@@ -264,7 +269,7 @@ def pairwise_scorer(pairwise=None, *, unary=None, discount: float = 1.0) -> Pair
   _checks.check_finite(unary, "unary")
   if pairwise is not None:
     _check_n(unary.shape[-1], pairwise, "pairwise")
-  return PairwiseScorer(unary=unary, pairwise=pairwise, discount=jnp.asarray(discount, jnp.float32))
+  return PairwiseScorer(unary=unary, pairwise=pairwise, discount=_discount(discount))
 
 
 def relevance_scorer(relevance, *, discount: float = 1.0) -> PairwiseScorer:

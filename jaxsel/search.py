@@ -72,6 +72,7 @@ class Tree:
   value_min: Array  # [] float32 lowest value of any node (for `normalize`)
   value_max: Array  # [] float32 highest value of any node
   num_expanded: Array  # [] int32 iterations that expanded a node
+  nonfinite: Array  # [] bool the scorer gave a NaN or infinite value: the search stopped there
   num_candidates: int = _pytree.field(static=True)
 
   def children(self, node) -> Array:
@@ -99,6 +100,7 @@ def check_inputs(scorer, costs, budget, valid, max_depth, *, depth_name="max_dep
   if not callable(scorer):
     raise TypeError(f"`scorer` must be callable as `scorer(order [T]) -> value` (see "
                     f"`jaxsel.scorers`), got {type(scorer).__name__}.")
+  _check_scorer_leaves(scorer)
   costs = _checks.as_float_array(costs, "costs").astype(jnp.float32)
   if costs.ndim != 1:
     raise ValueError(f"`costs` must be [N] (one instance; `jax.vmap` over queries), got shape {costs.shape}.")
@@ -130,6 +132,18 @@ def check_inputs(scorer, costs, budget, valid, max_depth, *, depth_name="max_dep
   if not 1 <= max_depth <= n:
     raise ValueError(f"`{depth_name}` must be between 1 and N={n}, got {max_depth}.")
   return costs, budget, valid, max_depth
+
+
+def _check_scorer_leaves(scorer) -> None:
+  """Every concrete float array in the scorer is finite: a NaN weight (`nan * scorer`) would
+  make every utility NaN."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(scorer)[0]:
+    if isinstance(leaf, (jax.Array, np.ndarray, float)) and _checks.is_concrete(leaf):
+      x = np.asarray(leaf)
+      if jnp.issubdtype(x.dtype, jnp.floating) and x.size and not np.isfinite(x).all():
+        raise ValueError(
+            f"`scorer{jax.tree_util.keystr(path)}` holds NaN or infinite values; a scorer's "
+            "weights and arrays must be finite (check the weights of `weighted_sum` / `w * scorer`).")
 
 
 def _static_bool(x, name):
@@ -222,15 +236,22 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
             jnp.where(levels == k + 1, child, path),
             jnp.where(levels == k, jnp.all(~open_ | (ar == j)), others_done), k + 1)
 
+  def more(c):  # an expanded node with room below; never more than T levels
+    return (tree.first_child[c[0]] >= 0) & (c[5] < d)
+
   init = (jnp.zeros((), jnp.int32), _empty_order(d), jnp.zeros((n,), bool),
           jnp.where(levels == 0, 0, UNUSED), jnp.ones((d + 1,), bool), jnp.zeros((), jnp.int32))
-  leaf, order, used, path, others_done, depth = lax.while_loop(
-      lambda c: tree.first_child[c[0]] >= 0, descend, init)
+  leaf, order, used, path, others_done, depth = lax.while_loop(more, descend, init)
+  # A well-formed tree always reaches an unexpanded node; anything else (NaN utilities from
+  # non-finite values) ends the search instead of corrupting the tree.
+  active &= (tree.first_child[leaf] < 0) & ~tree.nonfinite
 
   # 2. Expansion: all fitting children, one batched scorer call.
   child_cost = tree.cost[leaf] + costs  # [N]
   fits = valid & ~used & (child_cost <= budget) & active
   vals = _children_values(scorer, order, tree.value[leaf], depth, n)
+  bad = jnp.any(fits & ~jnp.isfinite(vals))  # a model scorer gave NaN/inf: stop here
+  fits &= jnp.isfinite(vals)
   child_used = used[None, :] | jnp.eye(n, dtype=bool)
   terminal = (depth + 1 >= d) | ~_can_grow(child_used, child_cost, costs, valid, budget)
   # Block `i` belongs to iteration `i`: the index is the (unbatched) loop counter, so under
@@ -253,7 +274,8 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
       value_min=jnp.minimum(tree.value_min, jnp.min(jnp.where(fits, vals, jnp.inf))),
       value_max=jnp.maximum(tree.value_max, jnp.max(jnp.where(fits, vals, -jnp.inf))),
       first_child=tree.first_child.at[leaf].set(jnp.where(active, start, tree.first_child[leaf])),
-      num_expanded=tree.num_expanded + active.astype(jnp.int32))
+      num_expanded=tree.num_expanded + active.astype(jnp.int32),
+      nonfinite=tree.nonfinite | bad)
 
   # 3. Backup along the path (`path` holds the root … leaf, -1 after the leaf): at most T + 1
   # nodes, so a scatter beats a mask over all M nodes.
@@ -271,13 +293,15 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
                       exhausted=tree.exhausted.at[dst].set(done, mode="drop"))
 
 
-@functools.partial(jax.jit, static_argnames=("iterations", "max_depth", "backup", "normalize"))
+@_pytree.jit_static_leaves(static_argnames=("iterations", "max_depth", "backup", "normalize"))
 def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iterations, max_depth, backup,
             normalize):
   n = costs.shape[0]
   d = max_depth
   m = 1 + iterations * n
   root_value = scorer(_empty_order(d)).astype(jnp.float32)
+  root_bad = ~jnp.isfinite(root_value)
+  root_value = jnp.where(root_bad, 0.0, root_value)
   root_done = ~_can_grow(jnp.zeros((n,), bool), jnp.zeros((), jnp.float32), costs, valid, budget)
   tree = Tree(
       parent=jnp.full((m,), UNUSED, jnp.int32),
@@ -293,6 +317,7 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
       value_min=root_value,
       value_max=root_value,
       num_expanded=jnp.zeros((), jnp.int32),
+      nonfinite=root_bad,
       num_candidates=n)
 
   step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,

@@ -243,3 +243,29 @@ def test_bad_input_errors(kwargs, match):
     jaxsel.greedy(jaxsel.coverage(np.eye(3)), **kwargs)
   with pytest.raises(TypeError, match="objective"):
     jaxsel.greedy(np.eye(3), k=1)
+
+
+def test_shapes_of_one_instance_are_checked_before_tracing():
+  """Batched arguments without `vmap` used to fail deep inside JAX or the native kernel."""
+  sim = np.eye(4, dtype=np.float32) * 0.5 + 0.5
+  obj = jaxsel.facility_location(sim)
+  costs = np.ones(4, np.float32)
+  with pytest.raises(ValueError, match=r"`costs` must have shape \[N\] = \[4\].*vmap"):
+    jaxsel.greedy(obj, k=2, costs=np.ones((2, 4), np.float32), budget=3.0)
+  with pytest.raises(ValueError, match=r"`budget` must be a scalar.*vmap"):
+    jaxsel.greedy(obj, k=2, costs=costs, budget=np.ones(2, np.float32))
+  with pytest.raises(ValueError, match=r"`min_gain` must be a scalar"):
+    jaxsel.greedy(obj, k=2, min_gain=np.ones(2))
+  batch = jaxsel.facility_location(np.stack([sim, sim]))
+  with pytest.raises(ValueError, match=r"`objective` is a batch.*jax.vmap"):
+    jaxsel.greedy(batch, k=2)
+  sel = jax.vmap(lambda o: jaxsel.greedy(o, k=2))(batch)  # the way that works
+  assert sel.indices.shape == (2, 2)
+
+
+def test_saturation_point_of_no_picks():
+  empty = jaxsel.Selection(indices=jnp.zeros((0,), jnp.int32), gains=jnp.zeros((0,)),
+                           values=jnp.zeros((0,)), count=jnp.zeros((), jnp.int32), cost=jnp.zeros(()))
+  assert int(jaxsel.saturation_point(empty)) == 0
+  none_taken = jaxsel.greedy(jaxsel.coverage(np.ones((3, 3), np.float32)), k=2, min_gain=1e9)
+  assert int(none_taken.count) == 0 and int(jaxsel.saturation_point(none_taken)) == 0

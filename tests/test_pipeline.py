@@ -297,3 +297,34 @@ def test_matrix_free_above_dense_limit_picks_the_same(enc, method):
   free = Pipeline(enc, method=method, max_tokens=80, dense_limit=0).select(q, [SMALL], budget=150)
   np.testing.assert_array_equal(free.indices, dense.indices)
   np.testing.assert_allclose(free.curve, dense.curve, rtol=1e-4)
+
+
+def test_zero_picks_are_a_valid_answer(enc, tmp_path):
+  """A `min_gain` no pick reaches gives an empty selection that prints, serialises and plots."""
+  res = Pipeline(enc, max_tokens=80).select(Q0, [SMALL], budget=200, min_gain=1e9)
+  assert len(res) == 0 and res.cost == 0 and res.saturation == 0
+  assert "0 of" in res.table() and "saturation after 0 picks" in res.table()
+  d = json.loads(json.dumps(res.to_dict()))
+  assert d["selected"] == [] and d["saturation"] == 0
+  assert "Question:" in res.prompt()
+  res.plot(tmp_path / "empty.png")
+  for method in ("naive", "mmr"):
+    r = Pipeline(enc, method=method, max_tokens=80).select(Q0, [SMALL], budget=200, min_gain=1e9)
+    assert len(r) == 0 and r.to_dict()["selected"] == []
+
+
+def test_queries_must_be_strings_and_coverage_takes_none(enc):
+  pipe = Pipeline(enc, max_tokens=80)
+  with pytest.raises(TypeError, match=r"`queries` must be a str, a list of str, or None.*int"):
+    pipe.select(42, [SMALL], budget=100)
+  with pytest.raises(TypeError, match=r"`queries\[1\]` must be a str"):
+    pipe.select([Q0, 42], [SMALL], budget=100)
+  with pytest.raises(ValueError, match="coverage.*takes no query"):
+    Pipeline(enc, method="coverage").select(Q0, [SMALL], budget=100)
+
+
+def test_a_nonfinite_corag_scorer_is_an_error(enc):
+  def broken(relevance, similarity):
+    return lambda order: jnp.sum(order) * jnp.nan
+  with pytest.raises(ValueError, match="NaN or infinite"):
+    Pipeline(enc, method="corag", corag_scorer=broken, max_tokens=80).select(Q0, [SMALL], budget=150)

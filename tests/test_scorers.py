@@ -286,3 +286,14 @@ def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models, ar
     scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, max_len=10)
   with pytest.raises(ValueError, match="chunk_lens"):
     scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens[:2], cls_id=2, sep_id=3)
+
+
+@pytest.mark.parametrize("discount", [float("nan"), float("inf"), 0.0, -0.5, 1.5])
+def test_discount_outside_0_1_is_an_error(discount):
+  """`relevance_scorer(discount=nan)` used to give an empty order with value 0, silently."""
+  r = jnp.asarray([0.2, 0.5, 0.9])
+  for build in (lambda: scorers.relevance_scorer(r, discount=discount),
+                lambda: scorers.pairwise_scorer(jnp.zeros((3, 3)), unary=r, discount=discount),
+                lambda: scorers.objective_scorer(jaxsel.coverage(jnp.eye(3)), discount=discount)):
+    with pytest.raises(ValueError, match=r"`discount` must lie in \(0, 1\]"):
+      build()

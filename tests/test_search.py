@@ -9,7 +9,7 @@ import pytest
 from flax import struct
 
 import jaxsel
-from jaxsel import scorers
+from jaxsel import baselines, scorers, search
 
 N = 6
 DEPTH = 4
@@ -281,3 +281,73 @@ def test_readme_example_runs():
   assert float(ns["res"].value) > float(ns["naive"].value)
   assert ns["batch"].order.shape == (2, 3)
   assert (np.asarray(ns["batch"].cost) <= np.array([36.0, 20.0])).all()
+
+
+def _run_isolated(code: str, timeout: float = 240):
+  """Runs `code` in a fresh interpreter with a deadline: the regression it guards is a hang."""
+  import subprocess
+  import sys
+  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+def test_nonfinite_scorer_weights_are_an_error_before_tracing():
+  r = jnp.asarray([0.3, 0.9, 0.1, 0.5])
+  costs = jnp.asarray([10.0, 20.0, 5.0, 15.0])
+  s = scorers.relevance_scorer(r)
+  for bad in (jnp.nan * s, jnp.inf * s, scorers.weighted_sum([(float("nan"), s)]),
+              s + jnp.nan * scorers.link_scorer(jnp.zeros((4, 4)))):
+    with pytest.raises(ValueError, match=r"`scorer.*NaN or infinite"):
+      search.corag_search(bad, costs, budget=30.0, iterations=4)
+    with pytest.raises(ValueError, match=r"`scorer.*NaN or infinite"):
+      baselines.naive_rag(bad, costs, budget=30.0)
+
+
+def test_nonfinite_value_inside_the_search_ends_it():
+  """A model scorer may return NaN for some order: the search stops there (no hang), says so
+  in `tree.nonfinite`, and answers with the best finite node found before."""
+  proc = _run_isolated("""
+import jax.numpy as jnp, numpy as np, jaxsel
+r = jnp.asarray([0.3, 0.9, 0.1, 0.5, 0.7])
+def scorer(order):  # a plain function; chunk 1 after chunk 3 breaks it
+  pos = jnp.arange(order.shape[0])
+  has3 = jnp.any(order == 3)
+  total = jnp.sum(jnp.where(order >= 0, r[jnp.maximum(order, 0)], 0.0))
+  return jnp.where(has3 & jnp.any(order == 1), jnp.nan, total)
+res = jaxsel.corag_search(scorer, jnp.full((5,), 10.0), budget=30.0, iterations=12)
+print(bool(res.tree.nonfinite), np.isfinite(float(res.value)), int(res.length))
+res = jaxsel.corag_search(lambda o: jnp.nan + 0.0 * o[0], jnp.full((5,), 10.0), budget=30.0, iterations=5)
+print(bool(res.tree.nonfinite), int(res.length), int(res.tree.num_expanded))
+""")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  first, second = proc.stdout.split("\n")[:2]
+  assert first.split()[:2] == ["True", "True"]
+  assert second.split() == ["True", "0", "0"]
+
+
+def test_any_callable_is_a_scorer():
+  """A plain function or closure is a scorer (its non-array leaves are static under jit)."""
+  rng = np.random.default_rng(5)
+  r = jnp.asarray(rng.random(7), jnp.float32)
+  costs = jnp.asarray(rng.integers(5, 20, 7), jnp.float32)
+  w = jnp.asarray(0.8 ** np.arange(7), jnp.float32)
+
+  def closure(order):
+    return jnp.sum(jnp.where(order >= 0, w * r[jnp.maximum(order, 0)], 0.0))
+
+  ref = search.corag_search(scorers.relevance_scorer(r, discount=0.8), costs, budget=40.0,
+                            iterations=8)
+  for scorer in (closure, lambda order: closure(order)):
+    got = search.corag_search(scorer, costs, budget=40.0, iterations=8)
+    np.testing.assert_array_equal(got.order, ref.order)
+    np.testing.assert_allclose(got.value, ref.value, rtol=1e-6)
+    naive = baselines.naive_rag(scorer, costs, budget=40.0, relevance=r)
+    np.testing.assert_array_equal(
+        naive.order, baselines.naive_rag(scorers.relevance_scorer(r, discount=0.8), costs,
+                                         budget=40.0, relevance=r).order)
+  # A pytree holding a callable next to arrays: the arrays are traced, the callable static.
+  mixed = {"f": lambda order, x: closure(order) * x, "x": jnp.asarray(2.0)}
+  ref = search.corag_search(closure, costs, budget=40.0, iterations=8, normalize=True)
+  got = search.corag_search(lambda o: mixed["f"](o, mixed["x"]), costs, budget=40.0,
+                            iterations=8, normalize=True)  # scale-free: the same tree
+  np.testing.assert_array_equal(got.order, ref.order)
+  np.testing.assert_allclose(got.value, 2 * ref.value, rtol=1e-6)
