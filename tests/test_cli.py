@@ -7,6 +7,7 @@ one subprocess call checks the installed console script and its exit status.
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +139,89 @@ def test_console_script_exit_status(files):
                      timeout=300)
   assert r.returncode == 1
   assert "jaxsel: error: no such file" in r.stderr
+
+
+def test_zero_picks_print_an_empty_selection(files, tmp_path):
+  base = ["select", str(files / "corpus" / "temple.md"), "-q", "Who played Corliss Archer?",
+          "--min-gain", "1e9", "--quiet"]
+  code, out = run(base)
+  assert code == 0
+  assert re.search(r"(?m)^0 of \d+ candidates, 0 tokens", out), out
+  png = tmp_path / "empty.png"
+  code, out = run(base + ["--json", "--plot", str(png)])
+  assert code == 0
+  d = json.loads(out)
+  assert d["selected"] == [] and d["cost"] == 0 and d["num_candidates"] > 0
+  assert png.read_bytes()[:4] == b"\x89PNG"
+  code, out = run(base + ["--prompt"])
+  assert code == 0 and "Who played Corliss Archer?" in out and "[1]" not in out
+
+
+def _no_work(monkeypatch):
+  """Makes loading the encoder fail the test: a bad option must be refused before any work."""
+  def load(name):
+    raise AssertionError("the encoder was loaded before the options were checked")
+  monkeypatch.setattr(cli, "load_model", load)
+
+
+def _error(argv, code, capsys):
+  got, out = run(argv)
+  err = capsys.readouterr().err
+  assert got == code, (argv, err)
+  assert not out and "Traceback" not in err
+  last = err.strip().splitlines()[-1]
+  assert last.startswith("jaxsel"), err
+  return last
+
+
+def test_bad_numbers_are_one_line_errors_naming_the_option(files, capsys, tmp_path, monkeypatch):
+  _no_work(monkeypatch)
+  corpus = str(files / "corpus")
+  for argv, option in [
+      (["select", corpus, "--max-tokens", "0"], "--max-tokens"),
+      (["select", corpus, "-q", "x", "--max-tokens", "-5"], "--max-tokens"),
+      (["select", corpus, "--max-tokens", "1.5"], "--max-tokens"),
+      (["select", corpus, "--budget", "-1"], "--budget"),
+      (["select", corpus, "--budget", "nan"], "--budget"),
+      (["select", corpus, "--budget", "inf"], "--budget"),
+      (["select", corpus, "--k", "0"], "--k"),
+      (["select", corpus, "--k", "two"], "--k"),
+      (["select", corpus, "--min-gain", "nan"], "--min-gain"),
+      (["select", corpus, "--min-gain", "-inf"], "--min-gain"),
+      (["index", "search", str(tmp_path), "-q", "x", "--candidates", "0"], "--candidates"),
+      (["index", "build", corpus, "--out", str(tmp_path / "i"), "--max-tokens", "0"], "--max-tokens"),
+      (["demo", "--k", "-3"], "--k")]:
+    assert option in _error(argv, 2, capsys), argv
+
+
+def test_bad_paths_and_queries_fail_before_the_work(files, capsys, tmp_path, monkeypatch):
+  _no_work(monkeypatch)
+  corpus = str(files / "corpus")
+  sel = ["select", corpus, "--quiet", "--plot"]
+  assert "does not exist" in _error(sel + [str(tmp_path / "missing" / "x.png")], 1, capsys)
+  assert "is a folder" in _error(sel + [str(tmp_path)], 2, capsys)
+  assert "is not a folder" in _error(sel + [str(files / "empty.txt" / "x.png")], 1, capsys)
+  assert "writes no '.docx'" in _error(sel + [str(tmp_path / "x.docx")], 2, capsys)
+  assert "--query 1 is empty" in _error(["select", corpus, "-q", " \t"], 2, capsys)
+  assert "--query 2 is not valid UTF-8" in _error(
+      ["index", "search", str(tmp_path), "-q", "ok", "-q", "caf\udce9"], 2, capsys)
+  assert "--query 1 is empty" in _error(["demo", "-q", "  "], 2, capsys)
+  # index build: a file, or a folder of other files, as --out
+  assert "is a file" in _error(["index", "build", corpus, "--out", str(files / "empty.txt")], 1, capsys)
+  other = tmp_path / "other"
+  other.mkdir()
+  (other / "notes.txt").write_text("mine", "utf-8")
+  assert "holds files" in _error(["index", "build", corpus, "--out", str(other)], 1, capsys)
+  assert (other / "notes.txt").read_text("utf-8") == "mine"
+  # inputs that are neither files nor folders
+  fifo = tmp_path / "pipe"
+  os.mkfifo(fifo)
+  assert "neither a file nor a folder" in _error(["select", str(fifo)], 1, capsys)
+
+
+def test_file_names_that_are_not_utf8_can_be_printed(tmp_path):
+  path = tmp_path / os.fsdecode(b"caf\xe9.txt")  # a Latin-1 name on a UTF-8 system
+  path.write_text("A sentence. Another one.", "utf-8")
+  texts, sources = cli.read_documents([str(tmp_path)])
+  assert texts == ["A sentence. Another one."]
+  assert sources[0].encode("utf-8").endswith("caf\ufffd.txt".encode("utf-8"))
