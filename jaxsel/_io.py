@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tempfile
@@ -62,3 +63,12 @@ def atomic_savez(path, **arrays) -> None:
   buf = io.BytesIO()
   np.savez(buf, **arrays)
   atomic_write(path, buf.getvalue())
+
+
+def file_sha256(path) -> str:
+  """Hex SHA-256 of the file at `path`, read in 1 MiB blocks."""
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()

@@ -18,17 +18,20 @@ others by a margin. The model is a `flax.nnx` module; the losses are pure functi
 its outputs, so the training step (`jaxsel.agent_training`) jit-compiles them.
 
 A trained agent is saved as a directory holding `config.json` and `params.safetensors`
-(`save_agent` / `load_agent`); loading is strict and names every missing, unexpected or
-mis-shaped weight.
+(`save_agent` / `load_agent`); `config.json` records the SHA-256 of `params.safetensors`, so a
+modified or damaged weights file is an error that names it, and loading is strict and names every
+missing, unexpected or mis-shaped weight.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
+import warnings
 from typing import NamedTuple, Optional, Sequence
 
 import jax
@@ -42,7 +45,8 @@ from jaxsel._io import atomic_write
 Array = jax.Array
 
 SETTINGS = ("iterations", "cost_penalty", "exploration")
-AGENT_FORMAT = "jaxsel-config-agent/1"
+AGENT_FORMAT = "jaxsel-config-agent/2"  # /2: config.json holds `params_sha256`
+_UNCHECKED_FORMAT = "jaxsel-config-agent/1"  # loaded with a warning: no checksum to verify
 CONFIG_FILE = "config.json"
 PARAMS_FILE = "params.safetensors"
 
@@ -389,14 +393,16 @@ def set_agent_params(agent: ConfigAgent, params: dict, *, source: str = "params"
 
 
 def save_agent(agent: ConfigAgent, path: str, *, metadata: Optional[dict] = None) -> str:
-  """Writes `path/config.json` and `path/params.safetensors` (each atomically)."""
+  """Writes `path/params.safetensors`, then `path/config.json` with the weights' SHA-256
+  (each atomically; the config is written last, so it never vouches for weights not on disk)."""
   from safetensors.numpy import save as st_save
   if not isinstance(agent, ConfigAgent):
     raise TypeError(f"`agent` must be a ConfigAgent, got {type(agent).__name__}.")
   os.makedirs(path, exist_ok=True)
-  flat = _flatten(agent_params(agent))
-  atomic_write(os.path.join(path, PARAMS_FILE), st_save(flat, metadata={"format": AGENT_FORMAT}))
-  cfg = {"format": AGENT_FORMAT, "config": agent.config.to_dict(), "metadata": metadata or {}}
+  params = st_save(_flatten(agent_params(agent)), metadata={"format": AGENT_FORMAT})
+  cfg = {"format": AGENT_FORMAT, "config": agent.config.to_dict(), "metadata": metadata or {},
+         "params_sha256": hashlib.sha256(params).hexdigest()}
+  atomic_write(os.path.join(path, PARAMS_FILE), params)
   atomic_write(os.path.join(path, CONFIG_FILE), json.dumps(cfg, indent=2).encode())
   return path
 
@@ -413,7 +419,12 @@ def _unflatten(flat: dict) -> dict:
 
 
 def load_agent(path: str) -> ConfigAgent:
-  """Loads an agent saved by `save_agent` (a local directory)."""
+  """Loads an agent saved by `save_agent` (a local directory).
+
+  The weights must match the SHA-256 that `config.json` records (a `ValueError` names the
+  file otherwise). An agent saved before checksums were recorded (format
+  `jaxsel-config-agent/1`) still loads, with a warning that its weights are unverified;
+  `save_agent` it again to add the checksum."""
   from safetensors.numpy import load as st_load
   cfg_path, params_path = os.path.join(path, CONFIG_FILE), os.path.join(path, PARAMS_FILE)
   for p in (cfg_path, params_path):
@@ -425,15 +436,33 @@ def load_agent(path: str) -> ConfigAgent:
       cfg = json.load(f)
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ValueError(f"{cfg_path} is corrupt (not valid JSON): {e}") from None
-  if not isinstance(cfg, dict) or cfg.get("format") != AGENT_FORMAT:
+  if not isinstance(cfg, dict) or cfg.get("format") not in (AGENT_FORMAT, _UNCHECKED_FORMAT):
     raise ValueError(f"{cfg_path} is not a jaxsel agent config (format "
                      f"{cfg.get('format') if isinstance(cfg, dict) else None!r}, expected {AGENT_FORMAT!r}).")
   config = AgentConfig.from_dict(cfg["config"])
+  with open(params_path, "rb") as f:
+    raw = f.read()
+  _check_params_sha256(raw, cfg, params_path)
   try:
-    with open(params_path, "rb") as f:
-      flat = st_load(f.read())
+    flat = st_load(raw)
   except Exception as e:  # safetensors raises its own error types for truncated files
     raise ValueError(f"{params_path} is corrupt or truncated: {e}") from None
   agent = new_agent(config)
   set_agent_params(agent, _unflatten(flat), source=params_path)
   return agent
+
+
+def _check_params_sha256(raw: bytes, cfg: dict, params_path: str) -> None:
+  if cfg["format"] == _UNCHECKED_FORMAT:
+    warnings.warn(f"{params_path} was saved without a checksum ({_UNCHECKED_FORMAT}), so damage to "
+                  "it cannot be detected; save the agent again with jaxsel.save_agent to add one.",
+                  stacklevel=3)
+    return
+  want = cfg.get("params_sha256")
+  if not isinstance(want, str):
+    raise ValueError(f"{params_path} cannot be verified: its {CONFIG_FILE} lacks `params_sha256` "
+                     f"(required by {AGENT_FORMAT}); save the agent again with jaxsel.save_agent.")
+  if hashlib.sha256(raw).hexdigest() != want:
+    raise ValueError(f"{params_path} is corrupt or truncated: its SHA-256 does not match the one "
+                     f"recorded in {CONFIG_FILE} (modified or damaged on disk); save or train the "
+                     "agent again.")

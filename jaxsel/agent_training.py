@@ -7,14 +7,22 @@ shape (the last one is padded with weight-0 rows), so a run resumed from its che
 after epoch e takes exactly the steps an uninterrupted run takes after epoch e: the
 parameters come out identical. A checkpoint holds the parameters, the Adam state and,
 as JSON, the agent and training configs, a fingerprint of the data and the history.
+
+Orbax checks no checksums of the arrays it restores, so after orbax commits a checkpoint
+`<step>/jaxsel_sha256.json` records the SHA-256 of each of its files, and a resume verifies
+them before restoring: a modified or damaged file is a `ValueError` naming the checkpoint and
+the file. A checkpoint without that record (written before it existed, or by a run killed
+between orbax's commit and the record) is restored with a warning that it is unverified.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
+import warnings
 from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -23,11 +31,13 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxsel._io import atomic_write, file_sha256
 from jaxsel.agent import (
     SETTINGS, AgentBatch, AgentConfig, ConfigAgent, LossWeights, agent_loss, agent_params,
     check_embeddings, denormalize_settings, forward, new_agent, normalize_settings, set_agent_params)
 
 CHECKPOINT_FORMAT = "jaxsel-agent-training/1"
+CHECKSUMS_FILE = "jaxsel_sha256.json"  # in each checkpoint's folder, beside orbax's files
 SELECTS = ("last", "best_val")
 
 
@@ -214,6 +224,52 @@ def _save(mngr, epoch: int, params, opt_state, best_params, meta: dict) -> None:
       state=ocp.args.StandardSave({"params": params, "opt_state": opt_state, "best_params": best_params}),
       meta=ocp.args.JsonSave(meta)))
   mngr.wait_until_finished()
+  _record_checksums(_step_dir(mngr, epoch))
+
+
+def _step_dir(mngr, step: int) -> str:
+  return os.path.join(os.fspath(mngr.directory), str(step))
+
+
+def _file_checksums(folder: str) -> dict:
+  """`{relative path: SHA-256}` of every file under `folder` but the checksum record."""
+  out = {}
+  for root, _, files in os.walk(folder):
+    for name in files:
+      rel = os.path.relpath(os.path.join(root, name), folder)
+      if rel != CHECKSUMS_FILE:
+        out[rel.replace(os.sep, "/")] = file_sha256(os.path.join(root, name))
+  return out
+
+
+def _record_checksums(where: str) -> None:
+  record = {"format": CHECKPOINT_FORMAT, "sha256": _file_checksums(where)}
+  atomic_write(os.path.join(where, CHECKSUMS_FILE), json.dumps(record, indent=1).encode("utf-8"))
+
+
+def _verify_checksums(where: str) -> None:
+  """Raises a ValueError naming checkpoint `where` and its files that changed since saving."""
+  path = os.path.join(where, CHECKSUMS_FILE)
+  if not os.path.isfile(path):
+    warnings.warn(f"checkpoint {where} has no {CHECKSUMS_FILE} (saved by an older jaxsel, or the "
+                  "run was killed while recording it), so damage to its files cannot be detected.",
+                  stacklevel=3)
+    return
+  try:
+    with open(path, "rb") as f:
+      want = json.loads(f.read())["sha256"]
+    if not isinstance(want, dict):
+      raise TypeError(f"`sha256` is a {type(want).__name__}")
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"checkpoint {where} is corrupt or unreadable: its {CHECKSUMS_FILE} is "
+                     f"damaged ({e}).") from None
+  got = _file_checksums(where)
+  bad = sorted(k for k in want if got.get(k) != want[k])
+  if bad:
+    raise ValueError(f"checkpoint {where} is corrupt or unreadable: {', '.join(bad)} "
+                     f"{'is missing or differs' if len(bad) == 1 else 'are missing or differ'} "
+                     f"from the SHA-256 recorded in {CHECKSUMS_FILE} when it was saved. Delete "
+                     f"{where} to resume from the checkpoint before it.")
 
 
 def _restore(mngr, directory: str, params, opt_state, best_params, expected: dict):
@@ -221,6 +277,7 @@ def _restore(mngr, directory: str, params, opt_state, best_params, expected: dic
   import orbax.checkpoint as ocp
   step = mngr.latest_step()
   where = os.path.join(os.path.abspath(directory), str(step))
+  _verify_checksums(where)
   try:
     meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
   except Exception as e:

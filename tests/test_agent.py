@@ -2,7 +2,9 @@
 strict saving/loading and clear errors for corrupt or mismatched checkpoints."""
 
 import glob
+import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -158,6 +160,56 @@ def test_corrupt_checkpoint_metadata(tmp_path):
       f.write("{not json")
   with pytest.raises(ValueError, match="corrupt or unreadable"):
     train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=2), checkpoint_dir=ck, resume=True)
+
+
+def _flip_middle_byte(path):
+  raw = bytearray(open(path, "rb").read())
+  raw[len(raw) // 2] ^= 0x01
+  with open(path, "wb") as f:
+    f.write(bytes(raw))
+
+
+def test_flipped_byte_in_a_checkpoint_is_named_on_resume(tmp_path):
+  """Orbax restores a flipped byte in the arrays' data silently; the recorded checksums don't."""
+  data = two_domains(20, 2)
+  ck = str(tmp_path / "ck")
+  train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=1), checkpoint_dir=ck)
+  where = os.path.join(os.path.abspath(ck), "1")
+  files = glob.glob(os.path.join(where, "state", "ocdbt.process_*", "d", "*"))
+  assert files, "orbax's OCDBT data files moved; pick the arrays' data files anew"
+  biggest = max(files, key=os.path.getsize)  # array data, restored without any check by orbax
+  _flip_middle_byte(biggest)
+  rel = os.path.relpath(biggest, where).replace(os.sep, "/")
+  with pytest.raises(ValueError, match=rf"checkpoint {re.escape(where)} is corrupt or unreadable: "
+                                       rf"{re.escape(rel)} is missing or differs"):
+    train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=2), checkpoint_dir=ck, resume=True)
+  _flip_middle_byte(biggest)  # restored: resumes; without the record it resumes with a warning
+  os.remove(os.path.join(where, "jaxsel_sha256.json"))
+  with pytest.warns(UserWarning, match="cannot be detected"):
+    res = train_agent(CFG, data, config=TrainConfig(batch_size=16, epochs=2), checkpoint_dir=ck,
+                      resume=True)
+  assert len(res.history) == 2
+
+
+def test_flipped_byte_in_saved_params_is_named(trained, tmp_path):
+  res, _, val = trained
+  path = save_agent(res.agent, str(tmp_path / "a"))
+  params = os.path.join(path, "params.safetensors")
+  _flip_middle_byte(params)
+  with pytest.raises(ValueError, match=re.escape(params) + " is corrupt.*SHA-256.*config.json"):
+    load_agent(path)
+  _flip_middle_byte(params)
+  cfg_path = os.path.join(path, "config.json")
+  cfg = json.load(open(cfg_path))
+  del cfg["params_sha256"]
+  json.dump(cfg, open(cfg_path, "w"))
+  with pytest.raises(ValueError, match="lacks `params_sha256`"):
+    load_agent(path)
+  # The format before checksums still loads, with a warning.
+  json.dump({**cfg, "format": "jaxsel-config-agent/1"}, open(cfg_path, "w"))
+  with pytest.warns(UserWarning, match="without a checksum"):
+    old = load_agent(path)
+  assert old.predict(val.embeddings[:3]) == res.agent.predict(val.embeddings[:3])
 
 
 def test_best_epoch():
