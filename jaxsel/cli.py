@@ -9,8 +9,10 @@ from the bundled demo document.
 Without a query, `select` does text selection (coverage of the document's sentences); with
 queries it reranks passages. Output is a table (or the LLM prompt with `--prompt`, or JSON
 with `--json`). Exit status: 0 on success, 1 for bad input (a missing file, empty input, a
-budget below the smallest passage, a corrupt index), 2 for a bad command line (an unknown
-option or method).
+budget below the smallest passage, a corrupt index, a --plot or --out path that cannot be
+written), 2 for a bad command line (an unknown option or method, a bad option value), 141 when
+the reader of the output goes away (`| head`). Bad input is a one-line message, never a
+traceback, and paths and values are checked before any work.
 """
 
 from __future__ import annotations
@@ -386,6 +388,13 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None) -> int:
   try:
     _check_args(args)
     args.func(args, out)
+    out.flush()
+  except BrokenPipeError:  # `jaxsel ... | head`: the reader left; no traceback for that
+    try:  # the interpreter's last flush at exit would fail again
+      os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+    except (OSError, ValueError):
+      pass
+    return 141
   except CLIError as e:
     print(f"jaxsel: error: {e}", file=sys.stderr)
     return e.code
@@ -396,13 +405,7 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None) -> int:
 
 
 def _entry() -> None:
-  try:
-    code = main()
-    sys.stdout.flush()
-  except BrokenPipeError:  # `jaxsel ... | head`: the reader left; no traceback for that
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    code = 141
-  sys.exit(code)
+  sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -225,3 +225,14 @@ def test_file_names_that_are_not_utf8_can_be_printed(tmp_path):
   texts, sources = cli.read_documents([str(tmp_path)])
   assert texts == ["A sentence. Another one."]
   assert sources[0].encode("utf-8").endswith("caf\ufffd.txt".encode("utf-8"))
+
+
+class _ClosedPipe(io.StringIO):
+  def write(self, s):
+    raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_output_pipe_is_no_traceback(files):
+  # `jaxsel select ... | head`: the reader leaves early.
+  argv = ["select", str(files / "corpus" / "kansas.txt"), "--budget", "60", "--quiet"]
+  assert cli.main(argv, out=_ClosedPipe()) == 141
