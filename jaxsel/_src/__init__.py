@@ -1,0 +1,1 @@
+"""jaxsel's private implementation. Import the public API from `jaxsel`."""
