@@ -304,6 +304,8 @@ def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] =
       Default: none for sentences, 128 for passages.
     tokenizer: as in `token_spans` (a Hugging Face tokenizer, an encoder, or None).
     doc, source: recorded on every passage.
+
+  A text that is not valid Unicode (a lone surrogate) is a `ValueError` naming where it is.
   """
   if not isinstance(text, str):
     raise TypeError(f"`text` must be a str, got {type(text).__name__}.")
