@@ -94,7 +94,7 @@ def main(argv=None):
   import transformers
   import jax
   import jaxsel
-  from jaxsel import encoders
+  from jaxsel._src import encoders
 
   torch.set_num_threads(args.threads)
   folder = encoders.default_encoder_path()

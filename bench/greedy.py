@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxsel
-from jaxsel import _native
+from jaxsel._src import native as _native
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ def timed(fn, *, repeats: int, budget_s: float):
 
 def _native_state() -> str:
   """Whether jaxsel's C++ greedy kernels are in use (built now if they were not yet)."""
-  from jaxsel import objectives
+  from jaxsel._src.objectives import dense as objectives
   objectives._native_applies(np.zeros((2, 2), np.float32))
   return _native.status().get("greedy", "not asked for")
 

@@ -102,7 +102,7 @@ def child_devices(cfg: dict) -> dict:
   _block(jaxsel.candidate_sharded_greedy(obj, mesh=mesh, k=cfg["k"]))
   t2 = time.perf_counter()
   # Bytes of the candidate-side arrays one device holds (shards of N/d candidates).
-  from jaxsel.sharding import _CANDIDATE_AXES
+  from jaxsel._src.sharding import _CANDIDATE_AXES
   per_dev = sum(getattr(obj, f).nbytes // cfg["devices"] if a is not None else getattr(obj, f).nbytes
                 for f, a in _CANDIDATE_AXES[type(obj)].items() if getattr(obj, f) is not None)
   # Data parallel: a batch of small dense problems.

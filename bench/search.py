@@ -30,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import jaxsel  # noqa: E402
-from jaxsel import baselines, scorers  # noqa: E402
+from jaxsel._src import baselines
+from jaxsel._src.scorers import basic as scorers
 
 DISCOUNT, REDUNDANCY, LINK = 0.85, 0.5, 0.3
 BUDGET = 256.0

@@ -1,92 +1,66 @@
 """jaxsel: which passages go into an LLM's context window, and in what order.
 
-Shape legend used throughout: B batch, Q queries, N candidates, K picks,
-D embedding dimension, L tokens.
+Shape legend used throughout: B batch, Q queries, N candidates, K picks, D embedding
+dimension, L tokens.
+
+The public API is this module's `__all__`; the implementation lives in `jaxsel._src`
+(see "How the code is laid out" in the README). `jaxsel.testing` holds tiny random models.
 """
 
-from jaxsel.objectives import (
-    CoverState,
-    FacilityLocation,
-    SaturatedCoverage,
-    SaturationState,
-    cosine_similarity,
-    coverage,
-    facility_location,
-    nonnegative,
-    saturated_coverage,
-)
-from jaxsel.greedy import UNSELECTED, Selection, greedy, saturation_point
-from jaxsel.encoders import (
-    CrossEncoder,
-    EncoderConfig,
-    SentenceEncoder,
-    TokenEmbeddings,
-    load_cross_encoder,
-    load_encoder,
-)
-from jaxsel.scorers import (
-    Scorer,
-    cross_encoder_scorer,
-    embedding_scorer,
-    link_scorer,
-    objective_scorer,
-    pairwise_scorer,
-    relevance_scorer,
-    title_links,
-    weighted_sum,
-)
-from jaxsel.search import SearchResult, Tree, corag_search
-from jaxsel.baselines import exhaustive_search, mmr, naive_rag
-from jaxsel.agent import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
-from jaxsel.agent_training import TrainConfig, train_agent
-from jaxsel.large import (
-    EmbeddingFacilityLocation,
-    EmbeddingSaturatedCoverage,
-    KnnFacilityLocation,
-    KnnGraph,
-    KnnSaturatedCoverage,
-    facility_location_from_embeddings,
-    knn_facility_location,
-    knn_graph,
-    knn_saturated_coverage,
-    saturated_coverage_from_embeddings,
-)
-from jaxsel.sharding import (
-    candidate_sharded_greedy,
-    shard_batch,
-    sharded_greedy,
-    sharded_search,
-    sharded_vmap,
-)
-from jaxsel.text import Passage, split_documents, split_text, token_costs
-from jaxsel.index import SearchHits, VectorIndex
-from jaxsel.pipeline import Pipeline, SelectionResult, available_methods
+from jaxsel._src.types import NO_ITEM, Encoder, Objective, Scorer, SearchResult, Selection
+from jaxsel._src.numerics import cosine_similarity, nonnegative
+from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
+from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
+                                                saturated_coverage_from_embeddings)
+from jaxsel._src.objectives.knn import (KnnGraph, knn_facility_location, knn_graph,
+                                        knn_saturated_coverage)
+from jaxsel._src.greedy import greedy, saturation_point
+from jaxsel._src.scorers.base import weighted_sum
+from jaxsel._src.scorers.basic import (link_scorer, objective_scorer, pairwise_scorer,
+                                       relevance_scorer, title_links)
+from jaxsel._src.scorers.model import cross_encoder_scorer, embedding_scorer
+from jaxsel._src.search import corag_search
+from jaxsel._src.baselines import exhaustive_search, mmr, naive_rag
+from jaxsel._src.sharding import (candidate_sharded_greedy, shard_batch, sharded_greedy,
+                                  sharded_search, sharded_vmap)
+from jaxsel._src.encoders.config import EncoderConfig
+from jaxsel._src.encoders.sentence import SentenceEncoder, TokenEmbeddings, load_encoder
+from jaxsel._src.encoders.cross import CrossEncoder, load_cross_encoder
+from jaxsel._src.text import Passage, split_documents, split_text, token_costs
+from jaxsel._src.index import SearchHits, VectorIndex
+from jaxsel._src.methods import Request
+from jaxsel._src.pipeline.config import PipelineConfig
+from jaxsel._src.pipeline.pipeline import Pipeline, available_methods, available_scorers
+from jaxsel._src.pipeline.result import SelectionResult
+from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
+from jaxsel._src.agent.train import TrainConfig, train_agent
+from jaxsel import testing
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "CoverState",
-    "FacilityLocation",
-    "SaturatedCoverage",
-    "SaturationState",
+    # contracts and results
+    "Encoder",
+    "NO_ITEM",
+    "Objective",
+    "Scorer",
+    "SearchResult",
     "Selection",
-    "UNSELECTED",
+    # objectives and greedy
     "cosine_similarity",
     "coverage",
     "facility_location",
+    "facility_location_from_embeddings",
     "greedy",
+    "KnnGraph",
+    "knn_facility_location",
+    "knn_graph",
+    "knn_saturated_coverage",
     "nonnegative",
     "saturated_coverage",
+    "saturated_coverage_from_embeddings",
     "saturation_point",
-    "CrossEncoder",
-    "EncoderConfig",
-    "SentenceEncoder",
-    "TokenEmbeddings",
-    "load_cross_encoder",
-    "load_encoder",
-    "Scorer",
-    "SearchResult",
-    "Tree",
+    # search, scorers, baselines
     "corag_search",
     "cross_encoder_scorer",
     "embedding_scorer",
@@ -99,6 +73,33 @@ __all__ = [
     "relevance_scorer",
     "title_links",
     "weighted_sum",
+    # several devices
+    "candidate_sharded_greedy",
+    "shard_batch",
+    "sharded_greedy",
+    "sharded_search",
+    "sharded_vmap",
+    # encoders
+    "CrossEncoder",
+    "EncoderConfig",
+    "SentenceEncoder",
+    "TokenEmbeddings",
+    "load_cross_encoder",
+    "load_encoder",
+    # documents, index, pipeline
+    "Passage",
+    "Pipeline",
+    "PipelineConfig",
+    "Request",
+    "SearchHits",
+    "SelectionResult",
+    "VectorIndex",
+    "available_methods",
+    "available_scorers",
+    "split_documents",
+    "split_text",
+    "token_costs",
+    # configuration agent
     "AgentConfig",
     "ConfigAgent",
     "SearchChoice",
@@ -106,28 +107,5 @@ __all__ = [
     "load_agent",
     "save_agent",
     "train_agent",
-    "EmbeddingFacilityLocation",
-    "EmbeddingSaturatedCoverage",
-    "KnnFacilityLocation",
-    "KnnGraph",
-    "KnnSaturatedCoverage",
-    "candidate_sharded_greedy",
-    "facility_location_from_embeddings",
-    "knn_facility_location",
-    "knn_graph",
-    "knn_saturated_coverage",
-    "saturated_coverage_from_embeddings",
-    "shard_batch",
-    "sharded_greedy",
-    "sharded_search",
-    "sharded_vmap",
-    "Passage",
-    "split_documents",
-    "split_text",
-    "token_costs",
-    "SearchHits",
-    "VectorIndex",
-    "Pipeline",
-    "SelectionResult",
-    "available_methods",
+    "testing",
 ]

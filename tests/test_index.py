@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from jaxsel import index as index_lib
-from jaxsel.index import VectorIndex
+from jaxsel._src import index as index_lib
+from jaxsel._src.index import VectorIndex
 
 
 def _reference(x, q, k):
@@ -127,7 +127,7 @@ def _kill_mid_save(path, hook):
   that patches the index module `m` so the process dies with os._exit(9) mid-save)."""
   code = textwrap.dedent(f"""
       import os, numpy as np
-      from jaxsel import index as m
+      from jaxsel._src import index as m
       x = np.random.default_rng(1).normal(size=(40, 8)).astype(np.float32)
       ix = m.VectorIndex(8); ix.add(x[:10], texts=[str(i) for i in range(10)]); ix.save({str(path)!r})
       ix.add(x[10:], texts=[str(i) for i in range(10, 40)])
@@ -300,7 +300,7 @@ def test_next_save_cleans_exactly_what_a_killed_save_left(tmp_path):
 
 def test_cli_index_build_into_the_documents_folder_is_refused(tmp_path, monkeypatch, capsys):
   from jaxsel import cli
-  from jaxsel.encoders import tiny_encoder
+  from jaxsel.testing import tiny_encoder
   notes = tmp_path / "notes"
   notes.mkdir()
   (notes / "records-2024.md").write_text("Minutes of the 2024 meeting. We agreed on a plan.\n")
@@ -342,7 +342,7 @@ def test_bad_input(data):
 def test_sharded_over_8_devices_matches_numpy(tmp_path):
   code = textwrap.dedent(f"""
       import numpy as np, jax
-      from jaxsel.index import VectorIndex
+      from jaxsel._src.index import VectorIndex
       assert jax.device_count() == 8
       rng = np.random.default_rng(0)
       x = rng.normal(size=(203, 16)).astype(np.float32); q = rng.normal(size=(5, 16)).astype(np.float32)

@@ -1,8 +1,9 @@
-"""The C++ kernels (`jaxsel/csrc/greedy.cc`) against the pure-XLA path and brute force.
+"""The C++ kernels (`jaxsel/_src/native/csrc/greedy.cc`) against the pure-XLA path and brute force.
 
-test_greedy.py runs every greedy test on both paths; here: the kernel is really built where
-a compiler exists (CI), gains and picks equal the XLA path's, batching rules, and the
-fallback when no compiler works."""
+test_greedy.py runs every greedy test on both paths; here: the kernels are built at install
+time and loaded at import (CI has a compiler), nothing is compiled when they are first used,
+gains and picks equal the XLA path's, batching rules, the backend argument, and the fallback
+where they were not built."""
 
 import os
 import subprocess
@@ -16,7 +17,8 @@ import pytest
 
 import jaxsel
 import reference as ref
-from jaxsel import _native, objectives
+from jaxsel._src import native as _native
+from jaxsel._src.native import greedy as native_greedy
 from test_objectives import _instance
 
 
@@ -24,8 +26,9 @@ def test_kernel_is_built_and_used():
   """CI has g++: the kernel must load, not fall back silently."""
   sim, rel, valid = _instance(20, seed=0)
   jaxsel.greedy(jaxsel.facility_location(sim, rel, valid=valid), k=3)
-  assert _native.status().get("greedy") == "loaded", _native.status()
-  assert objectives._native_applies(jnp.zeros((2, 2), jnp.float32))
+  assert _native.available() and _native.status().startswith("loaded"), _native.status()
+  assert native_greedy.applies(jnp.zeros((2, 2), jnp.float32), "auto")
+  assert not native_greedy.applies(jnp.zeros((2, 2), jnp.float32), "xla")
   for kw in (dict(), dict(method="dense"), dict(costs=np.ones(20, np.float32), budget=2.0)):
     for obj in (jaxsel.coverage(sim), jaxsel.saturated_coverage(sim, rel)):
       hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3, **kw)).lower(obj).as_text()
@@ -45,8 +48,8 @@ def test_gains_equal_xla(dtype, q):
     idx = jnp.asarray(rng.integers(0, n, 40), jnp.int32)
     native_all, native_idx = obj.gains(state), obj.gains(state, idx)
     assert native_all.dtype == dtype
-    with _native.disabled():
-      xla_all, xla_idx = obj.gains(state), obj.gains(state, idx)
+    xla = obj.with_backend("xla")
+    xla_all, xla_idx = xla.gains(state), xla.gains(state, idx)
     tol = 1e-6 if dtype == jnp.float32 else 1e-12
     np.testing.assert_allclose(native_all, xla_all, rtol=tol, atol=tol)
     np.testing.assert_allclose(native_idx, xla_idx, rtol=tol, atol=tol)
@@ -70,8 +73,7 @@ def test_picks_equal_xla_path_and_bruteforce(method, kind):
   sim, rel, valid = _instance(300, q=2, d=12, seed=5, pad=20)
   obj, f = _objective(kind, sim, rel * 0.6, valid)
   native = jaxsel.greedy(obj, k=60, method=method)
-  with _native.disabled():
-    xla = jaxsel.greedy(obj, k=60, method=method)
+  xla = jaxsel.greedy(obj, k=60, method=method, backend="xla")
   np.testing.assert_array_equal(native.indices, xla.indices)
   np.testing.assert_allclose(native.gains, xla.gains, rtol=1e-5)
   np.testing.assert_allclose(native.values, xla.values, rtol=1e-5)
@@ -109,47 +111,80 @@ def test_single_large_problem_spreads_steps_over_threads():
   sim, rel, valid = _instance(700, d=16, seed=7, pad=13)
   obj = jaxsel.facility_location(sim, rel, valid=valid)
   dense, lazy = jaxsel.greedy(obj, k=30, method="dense"), jaxsel.greedy(obj, k=30, method="lazy")
-  with _native.disabled():
-    xla = jaxsel.greedy(obj, k=30, method="dense")
+  xla = jaxsel.greedy(obj, k=30, method="dense", backend="xla")
   np.testing.assert_array_equal(dense.indices, xla.indices)
   np.testing.assert_array_equal(lazy.indices, xla.indices)
 
 
-def test_no_compiler_falls_back_to_xla(tmp_path):
-  """A compiler that fails: a warning naming the reason, the XLA path, the same picks."""
-  code = textwrap.dedent("""
-      import numpy as np, jaxsel
-      from jaxsel import _native
-      rng = np.random.default_rng(0)
-      x = rng.normal(size=(40, 8))
-      sel = jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=5)
-      print("STATUS", _native.status()["greedy"].splitlines()[0])
-      print("PICKS", list(map(int, sel.indices)))
-  """)
-  env = dict(os.environ, JAXSEL_CXX="false", JAXSEL_CACHE_DIR=str(tmp_path))
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-  assert out.returncode == 0, out.stderr
-  assert "STATUS RuntimeError" in out.stdout and "using the XLA path instead" in out.stderr
-  picks = out.stdout.split("PICKS ")[1].strip()
-  rng = np.random.default_rng(0)
-  x = rng.normal(size=(40, 8))
-  expected = jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=5).indices
-  assert picks == str(list(map(int, expected)))
-  assert not list(tmp_path.rglob("*.so"))
+def _run_python(code: str, cwd, **env):
+  """`code` in a fresh interpreter, from `cwd` (not the repository: `python -c` imports from the
+  working folder first)."""
+  out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=dict(os.environ, **env), timeout=300, cwd=cwd)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return out
 
 
-def test_build_is_cached(tmp_path):
-  """The first use builds into the cache (atomically renamed); the next process reuses it."""
-  code = "import jax.numpy as jnp; from jaxsel import objectives; print(objectives._native_applies(jnp.zeros((2, 2))))"
-  env = dict(os.environ, JAXSEL_CACHE_DIR=str(tmp_path))
-  stamps = []
-  for _ in range(2):
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.stdout.strip() == "True", out.stderr
-    libs = list(tmp_path.rglob("*.so"))
-    assert len(libs) == 1 and not list(tmp_path.rglob(".greedy-*"))
-    stamps.append(libs[0].stat().st_mtime_ns)
-  assert stamps[0] == stamps[1]
+PICKS = """
+    import numpy as np, jaxsel
+    from jaxsel._src import native
+    x = np.random.default_rng(0).normal(size=(40, 8))
+    sel = jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=5)
+    print("STATUS", native.status())
+    print("PICKS", list(map(int, sel.indices)))
+"""
+
+
+def _expected_picks():
+  x = np.random.default_rng(0).normal(size=(40, 8))
+  return str(list(map(int, jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=5,
+                                         backend="xla").indices)))
+
+
+def test_first_use_compiles_no_cxx(tmp_path):
+  """The kernels were built when jaxsel was installed: with no compiler on PATH at all, the
+  first greedy call still runs them."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  os.symlink(sys.executable, bin_dir / "python")
+  out = _run_python(PICKS, tmp_path, PATH=str(bin_dir), CXX="false", CC="false")
+  assert "STATUS loaded" in out.stdout, out.stdout + out.stderr
+  assert out.stdout.split("PICKS ")[1].strip() == _expected_picks()
+
+
+def test_not_built_falls_back_to_xla_with_one_log_line(tmp_path):
+  """A source tree without the built libraries (installed with no compiler): one warning
+  that says why, the XLA path, the same picks; `backend='native'` is a clear error."""
+  import shutil
+  tree = tmp_path / "src"
+  shutil.copytree(os.path.dirname(os.path.dirname(jaxsel.__file__)) + "/jaxsel", tree / "jaxsel",
+                  ignore=shutil.ignore_patterns("_kernels_*", "__pycache__"))
+  out = _run_python(PICKS + """
+    sel = jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=4)  # no second warning
+    try:
+      jaxsel.greedy(jaxsel.coverage(jaxsel.cosine_similarity(x)), k=4, backend="native")
+    except ValueError as e:
+      print("ERROR", e)
+  """, tmp_path, PYTHONPATH=str(tree))
+  assert "STATUS not built" in out.stdout
+  assert out.stderr.count("native CPU kernels unavailable, using the XLA path") == 1, out.stderr
+  assert out.stdout.split("PICKS ")[1].split("\n")[0].strip() == _expected_picks()
+  assert "ERROR `backend='native'` but the native kernels are unavailable" in out.stdout
+
+
+def test_environment_switch_and_backend_argument(tmp_path):
+  """`JAXSEL_NATIVE=0` (read at import) makes "auto" the XLA path; `backend=` chooses per call
+  and is part of what is compiled (no cache shared between the two)."""
+  out = _run_python(PICKS, tmp_path, JAXSEL_NATIVE="0")
+  assert "STATUS turned off" in out.stdout
+  sim, rel, valid = _instance(50, seed=1)
+  obj = jaxsel.facility_location(sim, rel, valid=valid)
+  run = jax.jit(lambda o: jaxsel.greedy(o, k=5))
+  assert "jaxsel_cover_greedy" in run.lower(obj).as_text()
+  assert "jaxsel_cover_greedy" not in run.lower(obj.with_backend("xla")).as_text()
+  np.testing.assert_array_equal(run(obj).indices, run(obj.with_backend("xla")).indices)
+  with pytest.raises(ValueError, match="Unknown `backend`"):
+    jaxsel.greedy(obj, k=3, backend="gpu")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -163,11 +198,11 @@ def test_budgeted_equals_xla_path(method, kind):
   costs[3:6] = 500  # never affordable
   obj, _ = _objective(kind, sim, rel, valid)
   budgets = jnp.asarray([0.0, 35.0, 120.0, 400.0], jnp.float32)
-  run = lambda b, m: jaxsel.greedy(obj, k=25, costs=costs, budget=b, min_gain=m, method=method)
+  run = lambda b, m, be: jaxsel.greedy(obj, k=25, costs=costs, budget=b, min_gain=m, method=method,
+                                       backend=be)
   for min_gain in (None, 0.05):
-    native = jax.jit(jax.vmap(lambda b: run(b, min_gain)))(budgets)
-    with _native.disabled():
-      xla = jax.jit(jax.vmap(lambda b: run(b, min_gain)))(budgets)
+    native = jax.jit(jax.vmap(lambda b: run(b, min_gain, "auto")))(budgets)
+    xla = jax.jit(jax.vmap(lambda b: run(b, min_gain, "xla")))(budgets)
     np.testing.assert_array_equal(native.indices, xla.indices)
     np.testing.assert_array_equal(native.count, xla.count)
     np.testing.assert_allclose(native.cost, xla.cost, rtol=1e-6)
@@ -183,14 +218,13 @@ def test_gains_gradient_equals_xla(q):
   sim, rel, valid = _instance(37, q=q or 1, seed=11)
   idx = jnp.asarray([3, 0, 36, 3], jnp.int32)
 
-  def loss(s, r):
-    obj = jaxsel.facility_location(s, None if q is None else r)
+  def loss(s, r, backend):
+    obj = jaxsel.facility_location(s, None if q is None else r, backend=backend)
     state = obj.update(obj.init(), 7)
     return jnp.sum(obj.gains(state) ** 2) + jnp.sum(obj.gains(state, idx))
 
-  native = jax.grad(loss, argnums=(0, 1))(jnp.asarray(sim), jnp.asarray(rel))
-  with _native.disabled():
-    xla = jax.grad(loss, argnums=(0, 1))(jnp.asarray(sim), jnp.asarray(rel))
+  native = jax.grad(loss, argnums=(0, 1))(jnp.asarray(sim), jnp.asarray(rel), "auto")
+  xla = jax.grad(loss, argnums=(0, 1))(jnp.asarray(sim), jnp.asarray(rel), "xla")
   for a, b in zip(native, xla):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert np.abs(np.asarray(native[0])).sum() > 0

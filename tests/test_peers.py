@@ -154,4 +154,4 @@ def test_vmapped_batch_matches_apricot_per_row(digits):
     ranking, gains = _apricot(sims[i, :c, :c].astype(np.float64), "naive", "precomputed", k=min(k, c))
     one = jax.tree.map(lambda x: x[i], batch)
     _assert_same(one, ranking, gains)  # count == min(k, c): all valid items, then stop
-    assert (np.asarray(batch.indices[i, min(k, c):]) == jaxsel.UNSELECTED).all()
+    assert (np.asarray(batch.indices[i, min(k, c):]) == jaxsel.NO_ITEM).all()

@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 
 import jaxsel
-from jaxsel import baselines, scorers, search, text
-from jaxsel.index import VectorIndex
-from jaxsel.encoders import tiny_bert_config, tiny_encoder
-from jaxsel.pipeline import Pipeline, SelectionResult, available_methods
+from jaxsel._src import baselines, methods
+from jaxsel._src.scorers import basic as scorers
+from jaxsel._src import search
+from jaxsel._src import text
+from jaxsel._src.index import VectorIndex
+from jaxsel.testing import tiny_bert_config, tiny_encoder
+from jaxsel._src.pipeline.pipeline import Pipeline, SelectionResult, available_methods
 
 DATA = Path(__file__).resolve().parents[1] / "jaxsel" / "data"
 DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")
@@ -261,9 +264,10 @@ def test_corag_with_a_configuration_agent(enc):
   q = enc.encode([Q0], prompt_name="query")
   choice = agent.predict(q[0])
   passages = split(enc, [SMALL])
-  r, s = _direct(enc, [Q0], passages)
-  pipe = Pipeline(enc, method="corag")
-  ref = search.corag_search(pipe.scorer(choice.scorer, r, s), np.array([p.tokens for p in passages], np.float32),
+  costs = np.array([p.tokens for p in passages], np.float32)
+  e = enc.encode([p.text for p in passages], prompt_name="passage")
+  req = methods.request(q, e, costs=costs)
+  ref = search.corag_search(methods.scorer(choice.scorer, req, discount=0.9), costs,
                             budget=150.0, max_depth=len(passages), **choice.search_kwargs())
   np.testing.assert_array_equal(res.indices, np.asarray(ref.order)[:int(ref.length)])
   assert res.cost <= 150
@@ -271,7 +275,6 @@ def test_corag_with_a_configuration_agent(enc):
 
 def test_corag_with_the_agent_menu_link_scorer(enc):
   """Agent-menu scorers ("links") are built from titles (Markdown headings) and title links."""
-  from jaxsel import labels
   pipe = Pipeline(enc, method="corag", corag_scorer="links", iterations=6, max_tokens=80)
   res = pipe.select(Q0, [SMALL], budget=150)
   passages = split(enc, [SMALL])
@@ -280,11 +283,8 @@ def test_corag_with_the_agent_menu_link_scorer(enc):
   e = enc.encode([p.text for p in passages], prompt_name="passage")
   texts, titles = [p.text for p in passages], [p.title for p in passages]
   costs = np.array([p.tokens for p in passages], np.float32)
-  from jaxsel.qa import QAFeatures
-  feats = QAFeatures(query=q, passages=e, costs=costs, links=scorers.title_links(texts, titles),
-                     mentioned=np.array([t in Q0 for t in titles], np.float32),
-                     gold=np.zeros(len(texts), bool), valid=np.ones(len(texts), bool))
-  ref = search.corag_search(labels.build_scorer("links", feats), costs, budget=150.0, iterations=6,
+  req = methods.request(q[None], e, costs=costs, links=scorers.title_links(texts, titles))
+  ref = search.corag_search(methods.scorer("links", req), costs, budget=150.0, iterations=6,
                             max_depth=len(passages))
   np.testing.assert_array_equal(res.indices, np.asarray(ref.order)[:int(ref.length)])
   np.testing.assert_allclose(res.curve[-1], float(ref.value), rtol=1e-5)
@@ -324,7 +324,7 @@ def test_queries_must_be_strings_and_coverage_takes_none(enc):
 
 
 def test_a_nonfinite_corag_scorer_is_an_error(enc):
-  def broken(relevance, similarity):
+  def broken(request):
     return lambda order: jnp.sum(order) * jnp.nan
   with pytest.raises(ValueError, match="NaN or infinite"):
     Pipeline(enc, method="corag", corag_scorer=broken, max_tokens=80).select(Q0, [SMALL], budget=150)

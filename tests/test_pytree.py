@@ -70,12 +70,12 @@ def test_look_alike_objectives_back_to_back_under_one_jit():
 
 
 def test_no_class_is_registered_through_register_dataclass():
-  """Every pytree class of the package goes through `jaxsel._pytree.dataclass`."""
+  """Every pytree class of the package goes through `jaxsel._src.pytree.dataclass`."""
   root = pathlib.Path(jaxsel.__file__).parent
   for path in root.rglob("*.py"):
     text = path.read_text("utf-8")
     for banned in ("struct.dataclass", "register_dataclass", "chex.dataclass"):
-      if path.name == "_pytree.py":
+      if path.name == "pytree.py":
         continue
       assert banned not in text, f"{path.relative_to(root)} uses {banned}"
 

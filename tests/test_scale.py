@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 import jaxsel
-from jaxsel import large
 
 N, D, Q, K = 37, 6, 3, 8
 

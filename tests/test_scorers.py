@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import jaxsel
-from jaxsel import scorers
-from jaxsel.encoders import tiny_cross_encoder, tiny_encoder
+from jaxsel._src.scorers import base as scorer_base
+from jaxsel._src.scorers import basic as scorers
+from jaxsel._src.scorers import model as scorer_model
+from jaxsel.testing import tiny_cross_encoder, tiny_encoder
 
 import reference
 
@@ -88,7 +90,7 @@ def test_composition():
   np.testing.assert_allclose(call(0.7 * a + 0.3 * b), 0.7 * va + 0.3 * vb, rtol=1e-6)
   np.testing.assert_allclose(call(a - b), va - vb, rtol=1e-5)
   np.testing.assert_allclose(call(2.0 * (a + b) + c), 2 * va + 2 * vb + vc, rtol=1e-5)
-  np.testing.assert_allclose(call(scorers.weighted_sum([(0.5, a), (2.0, a + c)])),
+  np.testing.assert_allclose(call(jaxsel.weighted_sum([(0.5, a), (2.0, a + c)])),
                              2.5 * va + 2 * vc, rtol=1e-5)
   s = 0.7 * a + 0.3 * b
   assert len(s.terms) == 2 and s.num_candidates == 5
@@ -99,9 +101,9 @@ def test_composition():
   with pytest.raises(ValueError, match="different candidate counts"):
     a + scorers.relevance_scorer(np.ones(4))
   with pytest.raises(TypeError, match="pair"):
-    scorers.weighted_sum([a])
+    jaxsel.weighted_sum([a])
   with pytest.raises(ValueError, match="empty"):
-    scorers.weighted_sum([])
+    jaxsel.weighted_sum([])
 
 
 def test_append_gains_equal_full_scoring():
@@ -142,7 +144,7 @@ def test_append_gains_equal_full_scoring():
     one = w * pw + lk
     np.testing.assert_allclose(got[r], one.append_gains(jnp.array([2, 5, -1, -1])), rtol=1e-5, atol=1e-6)
   # Scorers without the shortcut say so, and so does a sum that holds one.
-  class NoShortcut(scorers.Scorer):
+  class NoShortcut(scorer_base.Composable):
     num_candidates = n
     def __call__(self, order):
       return jnp.sum(order)
@@ -187,7 +189,7 @@ def test_assemble_tokens_matches_python():
   prefix = [2, 50, 51, 3]
   orders = _orders(rng, n, d, 20)
   for max_len in (5, 14, 25):
-    got = jax.jit(jax.vmap(lambda o: scorers.assemble_tokens(
+    got = jax.jit(jax.vmap(lambda o: scorer_model.assemble_tokens(
         o, jnp.asarray(ids), jnp.asarray(lens), prefix_ids=jnp.array(prefix + [0, 0]),
         prefix_len=4, max_len=max_len, sep_id=3, pad_id=0, chunk_type=1)))(orders)
     for r, order in enumerate(orders):
@@ -217,7 +219,7 @@ def test_embedding_scorer_matches_encoder(tiny_models):
   enc, _ = tiny_models
   ids, lens = _tokenize_chunks(enc.tokenizer, TEXTS)
   q = np.random.default_rng(4).normal(size=enc.dim).astype(np.float32)
-  sc = scorers.embedding_scorer(enc.apply, q, ids, lens, cls_id=enc.cls_token_id,
+  sc = jaxsel.embedding_scorer(enc.apply, q, ids, lens, cls_id=enc.cls_token_id,
                                 sep_id=enc.sep_token_id, pad_id=enc.pad_token_id, max_len=40,
                                 params=enc.params)
   orders = np.array([[1, 0, -1], [0, 1, -1], [3, -1, -1], [4, 2, 0]], np.int32)
@@ -237,7 +239,7 @@ def test_embedding_scorer_matches_encoder(tiny_models):
     w = m * (1.0 + jnp.arange(i.shape[-1]) / 10)  # position weights: order matters
     return jnp.einsum("bl,bld->bd", w, jnp.asarray(table)[i])
 
-  sc2 = scorers.embedding_scorer(stand_in, table[0], ids, lens, cls_id=2, sep_id=3, max_len=12)
+  sc2 = jaxsel.embedding_scorer(stand_in, table[0], ids, lens, cls_id=2, sep_id=3, max_len=12)
   got2 = np.asarray(_batched(sc2, orders))
   for r, order in enumerate(orders):
     toks, mask, _ = _py_assemble(order, [list(ids[j, :lens[j]]) for j in range(len(TEXTS))],
@@ -251,7 +253,7 @@ def test_embedding_scorer_matches_encoder(tiny_models):
 def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models, arch):
   """The assembled sequence is the model's own pair format: `[CLS] q [SEP] c [SEP]` with token
   types for BERT, `<s> q </s></s> c </s>` without them for XLM-R (e.g. BGE rerankers)."""
-  from jaxsel.encoders import tiny_cross_encoder, tiny_xlmr_config
+  from jaxsel.testing import tiny_cross_encoder, tiny_xlmr_config
   ce = tiny_models[1] if arch == "bert" else tiny_cross_encoder(tiny_xlmr_config())
   assert ce.pair_format == ({"pair_sep": 1, "chunk_type": 1} if arch == "bert"
                             else {"pair_sep": 2, "chunk_type": 0})
@@ -263,7 +265,7 @@ def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models, ar
   qids[:len(qe)] = qe
   kw = dict(cls_id=ce.cls_token_id, sep_id=ce.sep_token_id, pad_id=ce.pad_token_id, max_len=64,
             params=ce.params)
-  sc = scorers.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, **kw, **ce.pair_format)
+  sc = jaxsel.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, **kw, **ce.pair_format)
   costs = lens.astype(np.float32)
   res = jaxsel.corag_search(sc, costs, budget=30.0, iterations=4, max_depth=3)
   assert float(res.cost) <= 30
@@ -278,14 +280,14 @@ def test_cross_encoder_scorer_matches_pair_encoding_and_searches(tiny_models, ar
     np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-7)  # random logits are ~1e-3
   np.testing.assert_allclose(res.value, got[0], rtol=1e-5)
   if arch == "xlm-roberta":  # BERT's layout on an XLM-R model is a different sequence
-    bert_style = scorers.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, **kw)
+    bert_style = jaxsel.cross_encoder_scorer(ce.apply, qids, len(qe), ids, lens, **kw)
     assert np.abs(np.asarray(_batched(bert_style, checks)) - got).max() > 1e-6
   with pytest.raises(ValueError, match="pair_sep"):
-    scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, pair_sep=3)
+    jaxsel.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, pair_sep=3)
   with pytest.raises(ValueError, match="max_len"):
-    scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, max_len=10)
+    jaxsel.cross_encoder_scorer(ce.apply, qids, 3, ids, lens, cls_id=2, sep_id=3, max_len=10)
   with pytest.raises(ValueError, match="chunk_lens"):
-    scorers.cross_encoder_scorer(ce.apply, qids, 3, ids, lens[:2], cls_id=2, sep_id=3)
+    jaxsel.cross_encoder_scorer(ce.apply, qids, 3, ids, lens[:2], cls_id=2, sep_id=3)
 
 
 @pytest.mark.parametrize("discount", [float("nan"), float("inf"), 0.0, -0.5, 1.5])

@@ -9,7 +9,10 @@ import pytest
 from flax import struct
 
 import jaxsel
-from jaxsel import baselines, scorers, search
+from jaxsel._src import baselines
+from jaxsel._src.scorers import base as scorer_base
+from jaxsel._src.scorers import basic as scorers
+from jaxsel._src import search
 
 N = 6
 DEPTH = 4
@@ -175,7 +178,7 @@ def test_incremental_scoring_gives_the_same_search(batch):
 
   @struct.dataclass
   class Opaque:  # the same scorer without `append_gains`
-    inner: scorers.Scorer
+    inner: scorer_base.Composable
 
     def __call__(self, order):
       return self.inner(order)
@@ -294,7 +297,7 @@ def test_nonfinite_scorer_weights_are_an_error_before_tracing():
   r = jnp.asarray([0.3, 0.9, 0.1, 0.5])
   costs = jnp.asarray([10.0, 20.0, 5.0, 15.0])
   s = scorers.relevance_scorer(r)
-  for bad in (jnp.nan * s, jnp.inf * s, scorers.weighted_sum([(float("nan"), s)]),
+  for bad in (jnp.nan * s, jnp.inf * s, jaxsel.weighted_sum([(float("nan"), s)]),
               s + jnp.nan * scorers.link_scorer(jnp.zeros((4, 4)))):
     with pytest.raises(ValueError, match=r"`scorer.*NaN or infinite"):
       search.corag_search(bad, costs, budget=30.0, iterations=4)

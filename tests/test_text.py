@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jaxsel import text
+from jaxsel._src import text
 
 DOC = (Path(__file__).resolve().parents[1] / "jaxsel" / "data" / "hotpotqa_wiki.md").read_text("utf-8")
 
@@ -95,7 +95,7 @@ def test_hf_tokenizer_costs(minilm_tokenizer):
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
   from transformers import AutoTokenizer
-  from jaxsel.encoders import default_encoder_path
+  from jaxsel._src.encoders.loading import default_encoder_path
   return AutoTokenizer.from_pretrained(str(default_encoder_path()))
 
 

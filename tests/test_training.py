@@ -7,8 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from jaxsel import evaluation, labels, qa, qa_eval
-from jaxsel.agent import load_agent
+from training import evaluation
+from training import labels
+from training import qa
+from training import qa_eval
+from jaxsel._src.agent.model import load_agent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(ROOT, "tests", "data", "hotpotqa_sample.jsonl")
@@ -98,7 +101,7 @@ def test_paired_bootstrap():
 
 
 def test_batched_search_matches_single_and_budget(sample):
-  from jaxsel.search import corag_search
+  from jaxsel._src.search import corag_search
   ex, f = sample
   orders = labels.search_orders(f, "mentions_links", budget=200, iterations=5, cost_penalty=0.2,
                                 exploration=2.0, max_depth=4)
@@ -192,15 +195,15 @@ def test_finalize_labels_ties_go_to_the_choice_best_on_average():
 def test_model_scorer_in_the_sweep(sample):
   """The embedding scorer (a model call per scored order) runs in the batched sweep and
   agrees with a direct search."""
-  from jaxsel.encoders import tiny_encoder
-  from jaxsel.search import corag_search
+  from jaxsel.testing import tiny_encoder
+  from jaxsel._src.search import corag_search
   ex, f = sample
   enc = tiny_encoder()
   f2 = qa.take(f, [0, 1])
   f2 = f2._replace(query=np.asarray(enc.encode([e.question for e in ex[:2]])))
   tok = qa.tokenize(enc.tokenizer, ex[:2], n_max=10, max_chunk_tokens=12)
   assert tok.chunk_ids.shape == (2, 10, 12) and (tok.chunk_lens[0] == 12).all()
-  builders = {**labels.SCORERS, **labels.model_scorer_builders(enc, max_len=32)}
+  builders = labels.model_scorer_builders(enc, max_len=32)
   orders = labels.search_orders(f2, "embedding", budget=250, iterations=1, cost_penalty=0.2,
                                 exploration=2.0, max_depth=2, builders=builders,
                                 tokens={"embedding": tok})

@@ -2,7 +2,7 @@
 
 Methods: NaiveRAG, MMR, facility location, saturated coverage, CORAG with a fixed scorer and
 settings, CORAG with the configuration agent, exhaustive search up to 4 passages, and the
-gold oracle, at several token budgets. Metrics (see `jaxsel.evaluation`): gold-passage recall,
+gold oracle, at several token budgets. Metrics (see `training/evaluation.py`): gold-passage recall,
 joint recall, answer string in the context, ROUGE-L against the gold passages, tokens used,
 latency per query (batched, compiled), with paired bootstrap 95% CIs of each method's
 difference from NaiveRAG. Writes JSON and, with `--readme`, the markdown table into the
@@ -20,6 +20,12 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
+
+import jaxsel  # noqa: E402
+from jaxsel._src.io import atomic_write  # noqa: E402
+from training import qa, qa_eval  # noqa: E402
+
 DEFAULT_DATA = os.path.join(ROOT, "..", "shared", "data", "hotpotqa", "dev_subsampled.jsonl")
 ALL_METHODS = ("naive", "mmr", "facility_location", "saturated_coverage", "corag_fixed",
                "corag_agent", "exhaustive", "oracle")
@@ -94,15 +100,11 @@ def write_section(path: str, section: str) -> None:
     nxt = text.find("\n## ", start + len(SECTION))
     end = len(text) if nxt < 0 else nxt + 1
     text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + text[end:] if nxt >= 0 else "")
-  from jaxsel._io import atomic_write
   atomic_write(path, text.encode("utf-8"))
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  from jaxsel import qa, qa_eval
-  from jaxsel._io import atomic_write
-  from jaxsel.agent import load_agent
 
   examples = qa.load_split(args.data, split=args.split, n_train=args.n_train, seed=args.split_seed,
                            limit=args.limit)
@@ -110,8 +112,7 @@ def main(argv=None) -> int:
   cache = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
   feats = cache.get(examples) if cache is not None else None
   if feats is None:
-    from jaxsel.encoders import load_encoder
-    encoder = load_encoder(args.encoder)
+    encoder = jaxsel.load_encoder(args.encoder)
     if cache is not None:
       cache.ensure(encoder, examples)
       feats = cache.get(examples)
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
   agent = None
   if "corag_agent" in methods:
     if os.path.isdir(args.agent):
-      agent = load_agent(args.agent)
+      agent = jaxsel.load_agent(args.agent)
     else:
       print(f"no agent at {args.agent}; skipping corag_agent", file=sys.stderr)
       methods.remove("corag_agent")
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
     name, _, path = spec.partition("=")
     extra = qa_eval.evaluate_methods(
         examples, feats, methods=["naive", "corag_agent"], budgets=budgets, n_resamples=args.resamples,
-        progress=not args.no_progress, max_depth=args.max_depth, agent=load_agent(path))
+        progress=not args.no_progress, max_depth=args.max_depth, agent=jaxsel.load_agent(path))
     for b in budgets:
       results[b][f"corag_agent ({name})"] = extra[b]["corag_agent"]
   report = {"n_questions": len(examples), "split": args.split, "budgets": budgets,

@@ -2,7 +2,7 @@
 
 For each question, run the CORAG search with every scorer of the menu over a grid of
 settings, score each selection against the gold passages (ROUGE-L + gold recall), and keep
-the best scorer and settings (`jaxsel.labels.sweep_batch`, `finalize_labels`). Writes a JSONL of labels (one row
+the best scorer and settings (`training/labels.py`: `sweep_batch`, `finalize_labels`). Writes a JSONL of labels (one row
 per question, with `keep` marking those whose best scorer beats the second best by more than
 `--margin`) and `query_embeddings.npz` (the referenced query embeddings) next to it.
 
@@ -24,6 +24,12 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
+
+import jaxsel  # noqa: E402
+from jaxsel._src.io import atomic_savez  # noqa: E402
+from training import labels, qa  # noqa: E402
+
 DEFAULT_DATA = os.path.join(ROOT, "..", "shared", "data", "hotpotqa", "dev_subsampled.jsonl")
 
 
@@ -36,7 +42,6 @@ def _ints(s: str) -> tuple:
 
 
 def parse_args(argv=None):
-  from jaxsel import labels
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--data", default=DEFAULT_DATA, help="QA JSONL (IRCoT format or question/passages)")
   p.add_argument("--split", choices=("train", "held_out", "all"), default="train",
@@ -67,15 +72,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  from jaxsel import labels as L
-  from jaxsel import qa
-  from jaxsel._io import atomic_savez
-  from jaxsel.encoders import load_encoder
 
   examples = qa.load_split(args.data, split=args.split, n_train=args.n_train, seed=args.split_seed,
                            limit=args.limit)
   scorers = [s for s in args.scorers.split(",") if s]
-  builders = dict(L.SCORERS)
+  builders = {}  # the model scorers; the registry's are built by name
   model_scorers = [s for s in scorers if s in ("embedding", "cross_encoder")]
   encoder = None  # loaded only when something needs embedding (cached features do not)
   ce = None
@@ -83,19 +84,19 @@ def main(argv=None) -> int:
     if "cross_encoder" in model_scorers:
       if args.cross_encoder is None:
         raise SystemExit("scorer 'cross_encoder' needs --cross-encoder PATH")
-      from jaxsel.encoders import load_cross_encoder
-      ce = load_cross_encoder(args.cross_encoder)
-    encoder = load_encoder(args.encoder)
-    builders.update(L.model_scorer_builders(encoder, cross_encoder=ce))
-  unknown = [s for s in scorers if s not in builders]
+      ce = jaxsel.load_cross_encoder(args.cross_encoder)
+    encoder = jaxsel.load_encoder(args.encoder)
+    builders.update(labels.model_scorer_builders(encoder, cross_encoder=ce))
+  unknown = [s for s in scorers if s not in builders and s not in labels.SCORERS]
   if unknown:
-    raise SystemExit(f"unknown scorer(s) {unknown}; available: {', '.join(builders)}")
-  grid = L.LabelGrid(args.iterations, args.cost_penalty, args.exploration)
+    raise SystemExit(f"unknown scorer(s) {unknown}; available: "
+                     f"{', '.join(labels.SCORERS + ('embedding', 'cross_encoder'))}")
+  grid = labels.LabelGrid(args.iterations, args.cost_penalty, args.exploration)
 
   out_dir = os.path.dirname(os.path.abspath(args.out))
   os.makedirs(out_dir, exist_ok=True)
   emb_path = os.path.join(out_dir, "query_embeddings.npz")
-  rows = L.read_labels(args.out)
+  rows = labels.read_labels(args.out)
   if rows and (rows[0].get("scorers") != scorers or rows[0].get("run", {}).get("budget") != args.budget):
     raise SystemExit(f"{args.out} was labelled with other scorers or budget "
                      f"({rows[0].get('scorers')}, {rows[0].get('run', {}).get('budget')}); use a new --out")
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
                   "exploration": grid.exploration}, "margin": args.margin}
   cached = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
   if todo and (cached is None or cached.get(todo) is None) and encoder is None:
-    encoder = load_encoder(args.encoder)
+    encoder = jaxsel.load_encoder(args.encoder)
   if cached is not None and todo:
     cached.ensure(encoder, todo)
   t0 = time.time()
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
       tokens["embedding"] = qa.tokenize(encoder.tokenizer, batch, n_max=n_max)
     if "cross_encoder" in model_scorers:
       tokens["cross_encoder"] = qa.tokenize(ce.tokenizer, batch, n_max=n_max)
-    table = L.sweep_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
+    table = labels.sweep_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
                           max_depth=args.max_depth, builders=builders, tokens=tokens,
                           progress=not args.no_progress)
     for e, qual, q in zip(batch, table, feats.query):
@@ -132,14 +133,14 @@ def main(argv=None) -> int:
       rows.append({"id": e.id, "question": e.question, "scorers": scorers,
                    "settings": [list(x) for x in grid.settings()], "quality": qual.round(6).tolist(),
                    "embedding": {"file": os.path.basename(emb_path), "key": e.id}, "run": run})
-    rows = L.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
+    rows = labels.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
     # Embeddings first: a label row never references a missing embedding.
     atomic_savez(emb_path, **emb)
-    L.write_labels(args.out, rows)
+    labels.write_labels(args.out, rows)
     print(f"labelled {min(s + args.chunk, len(todo))}/{len(todo)} ({time.time() - t0:.0f}s)", file=sys.stderr)
   if rows:  # re-finalise (e.g. with another --tie-tolerance) without sweeping again
-    rows = L.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
-    L.write_labels(args.out, rows)
+    rows = labels.finalize_labels(rows, margin=args.margin, tie_tolerance=args.tie_tolerance)
+    labels.write_labels(args.out, rows)
   kept = sum(r["keep"] for r in rows)
   counts = {}
   for r in rows:

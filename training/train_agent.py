@@ -2,7 +2,7 @@
 
 Reads the labels JSONL and the query embeddings it references, keeps the questions whose
 best scorer clearly wins (`keep`, unless `--all`), splits them into train/validation
-(seeded), trains with Adam on the combined loss (`jaxsel.agent_training.train_agent`) with an
+(seeded), trains with Adam on the combined loss (`jaxsel.train_agent`) with an
 orbax checkpoint every epoch, and writes the final metrics as JSON and the agent as a folder
 that `jaxsel.load_agent` loads.
 
@@ -20,6 +20,13 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
+
+import jaxsel  # noqa: E402
+from jaxsel._src.agent.train import make_dataset, split_dataset  # noqa: E402
+from jaxsel._src.io import atomic_write  # noqa: E402
+from training.labels import read_labels  # noqa: E402
+
 
 
 def parse_args(argv=None):
@@ -50,7 +57,6 @@ def parse_args(argv=None):
 
 def load_labelled(path: str, *, use_all: bool = False):
   """`(rows, embeddings [N, D])` of the usable label rows."""
-  from jaxsel.labels import read_labels
   rows = read_labels(path)
   if not rows:
     raise SystemExit(f"no labels in {path}; run training/label_queries.py first")
@@ -75,9 +81,6 @@ def load_labelled(path: str, *, use_all: bool = False):
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  from jaxsel._io import atomic_write
-  from jaxsel.agent import AgentConfig, save_agent
-  from jaxsel.agent_training import TrainConfig, make_dataset, split_dataset, train_agent
 
   rows, emb = load_labelled(args.labels, use_all=args.all)
   if args.scorers:
@@ -92,23 +95,23 @@ def main(argv=None) -> int:
               "cost_penalty_range": (0.0, max(grid["cost_penalty"])),
               "exploration_range": (0.0, max(grid["exploration"])),
               "iterations_choices": tuple(grid["iterations"])}
-  config = AgentConfig(in_dim=emb.shape[1], scorers=scorers,
+  config = jaxsel.AgentConfig(in_dim=emb.shape[1], scorers=scorers,
                        hidden=tuple(int(h) for h in args.hidden.split(",")), **cfg_kw)
   data = make_dataset(config, emb, [r["scorer"] for r in rows], settings)
   train, val = split_dataset(data, validation_fraction=args.val_fraction, seed=args.seed)
-  tc = TrainConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr,
+  tc = jaxsel.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr,
                    seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma,
                    margin=args.margin, select=args.select if args.val_fraction > 0 else "last")
   ck = args.checkpoints or os.path.join(args.out, "checkpoints")
   print(f"{len(train)} train / {len(val)} validation questions; scorers {scorers}", file=sys.stderr)
-  res = train_agent(config, train, config=tc, validation=val, checkpoint_dir=ck, resume=args.resume,
+  res = jaxsel.train_agent(config, train, config=tc, validation=val, checkpoint_dir=ck, resume=args.resume,
                     progress=not args.no_progress)
   counts = {s: int((data.scorer == i).sum()) for i, s in enumerate(scorers)}
   majority = max(counts.values()) / max(len(data), 1)
   metrics = {**res.metrics, "train_examples": len(train), "label_counts": counts,
              "majority_baseline_accuracy": majority, "epochs": args.epochs,
              "history": res.history}
-  save_agent(res.agent, args.out, metadata={"labels": os.path.abspath(args.labels), "metrics": metrics})
+  jaxsel.save_agent(res.agent, args.out, metadata={"labels": os.path.abspath(args.labels), "metrics": metrics})
   mpath = args.metrics or os.path.join(args.out, "metrics.json")
   atomic_write(mpath, json.dumps(metrics, indent=2).encode("utf-8"))
   print(json.dumps(metrics, indent=2))

@@ -1,0 +1,199 @@
+"""Baselines for CORAG search, with the same inputs and the same `SearchResult` output.
+
+Shape legend: N candidate chunks, T positions (`max_depth` / `max_size`), C combinations.
+
+* `naive_rag`: the paper's NaiveRAG, chunks by decreasing relevance while the budget allows.
+* `mmr`: maximal marginal relevance with a budget.
+* `exhaustive_search`: the paper's "CORAG Upper", every ordered combination of up to
+  `max_size` chunks within the budget, scored in batches: the reference optimum.
+
+Relevance defaults to the scorer's value of each single chunk (one batched call), so all
+three need nothing beyond what `corag_search` takes. Each returns `SearchResult` with
+`tree=None` and `utility = value`. One instance each; `jax.vmap` over queries.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxsel._src import checks, pytree
+from jaxsel._src.search import check_inputs, empty_order, score_all
+from jaxsel._src.types import NO_ITEM, SearchResult
+
+Array = jax.Array
+
+MAX_EXHAUSTIVE_SIZE = 5
+
+
+def _singletons(scorer, n: int, d: int) -> Array:
+  """The scorer's value of every single chunk, `[N]`."""
+  orders = jnp.full((n, d), NO_ITEM, jnp.int32).at[:, 0].set(jnp.arange(n, dtype=jnp.int32))
+  return score_all(scorer, orders)
+
+
+def _relevance(scorer, relevance, n: int, d: int) -> Array:
+  if relevance is None:
+    return _singletons(scorer, n, d)
+  return relevance.astype(jnp.float32)
+
+
+def _check_relevance(relevance, n):
+  if relevance is None:
+    return None
+  rel = checks.as_float_array(relevance, "relevance")
+  if rel.shape != (n,):
+    raise ValueError(f"`relevance` must be [N] = [{n}], got shape {rel.shape}.")
+  checks.check_finite(rel, "relevance")
+  return rel
+
+
+def _result(scorer, order: Array, costs: Array) -> SearchResult:
+  used = order >= 0
+  value = scorer(order).astype(jnp.float32)
+  cost = jnp.sum(jnp.where(used, costs[jnp.where(used, order, 0)], 0))
+  return SearchResult(order=order, length=jnp.sum(used).astype(jnp.int32), value=value,
+                      cost=cost.astype(jnp.float32), utility=value, tree=None)
+
+
+def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, *, d):
+  """Budgeted greedy fill: at each step the available chunk of highest `crit_fn(state)` that
+  fits; stops when none fits or T chunks are in."""
+  n = costs.shape[0]
+
+  def body(k, c):
+    order, chosen, spent, state = c
+    avail = valid & ~chosen & (spent + costs <= budget)
+    crit = jnp.where(avail, crit_fn(state), -jnp.inf)
+    j = jnp.argmax(crit).astype(jnp.int32)
+    take = avail[j]
+    order = order.at[k].set(jnp.where(take, j, NO_ITEM))
+    chosen = chosen.at[j].set(chosen[j] | take)
+    spent = spent + jnp.where(take, costs[j], 0)
+    state = jax.tree.map(lambda a, b: jnp.where(take, a, b), update_fn(state, j), state)
+    return order, chosen, spent, state
+
+  init = (empty_order(d), jnp.zeros((n,), bool), jnp.zeros((), jnp.float32), state0)
+  order, _, _, _ = lax.fori_loop(0, d, body, init)
+  # A skipped step leaves a -1 gap only after which nothing fits, so `order` is compact.
+  return _result(scorer, order, costs)
+
+
+@pytree.jit_static_leaves(static_argnames=("max_depth",))
+def _naive_rag(scorer, costs, budget, valid, relevance, *, max_depth):
+  rel = _relevance(scorer, relevance, costs.shape[0], max_depth)
+  return _fill(scorer, costs, budget, valid, lambda _: rel, jnp.zeros(()), lambda s, j: s, d=max_depth)
+
+
+def naive_rag(scorer, costs, *, budget, max_depth: Optional[int] = None, valid=None,
+              relevance=None) -> SearchResult:
+  """NaiveRAG: chunks by decreasing relevance (ties to the lower index); a chunk that no longer
+  fits is skipped and the next one tried, until none fits or `max_depth` are in.
+
+  `relevance` `[N]` defaults to the scorer's value of each single chunk. `value` is the
+  scorer's value of the resulting order.
+  """
+  costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
+  relevance = _check_relevance(relevance, costs.shape[0])
+  return _naive_rag(scorer, costs, budget, valid, relevance, max_depth=max_depth)
+
+
+@pytree.jit_static_leaves(static_argnames=("max_depth",))
+def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, *, max_depth):
+  rel = _relevance(scorer, relevance, costs.shape[0], max_depth)
+  # state: max similarity of each candidate to the chosen set (-inf for the empty set). The
+  # running max over every chosen item is exactly max_{s∈S} sim(j, s).
+  state0 = jnp.full(costs.shape, -jnp.inf, jnp.float32)
+
+  def crit(maxsim):
+    red = jnp.where(jnp.isfinite(maxsim), maxsim, 0)
+    return (1 - diversity) * rel - diversity * red
+
+  return _fill(scorer, costs, budget, valid, crit, state0,
+               lambda s, j: jnp.maximum(s, similarity[:, j]), d=max_depth)
+
+
+def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional[int] = None,
+        valid=None, relevance=None) -> SearchResult:
+  """Maximal marginal relevance with a budget: next is the fitting chunk maximising
+  `(1 − diversity) · relevance[j] − diversity · max_{s ∈ chosen} similarity[j, s]`
+  (the maximum over **every** chosen chunk; 0 before the first pick).
+
+  Args:
+    similarity: `[N, N]` chunk–chunk similarity (e.g. cosine).
+    diversity: in [0, 1]; 0 is NaiveRAG's order.
+    relevance: `[N]`, default the scorer's value of each single chunk.
+  """
+  costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
+  n = costs.shape[0]
+  relevance = _check_relevance(relevance, n)
+  sim = checks.as_float_array(similarity, "similarity").astype(jnp.float32)
+  if sim.shape != (n, n):
+    raise ValueError(f"`similarity` must be [N, N] = [{n}, {n}], got shape {sim.shape}.")
+  checks.check_finite(sim, "similarity")
+  div = checks.as_float_array(diversity, "diversity").astype(jnp.float32)
+  if checks.is_concrete(div) and not 0 <= float(div) <= 1:
+    raise ValueError(f"`diversity` must lie in [0, 1], got {float(div)}.")
+  return _mmr(scorer, costs, budget, valid, sim, relevance, div, max_depth=max_depth)
+
+
+@functools.lru_cache(maxsize=16)
+def ordered_combinations(n: int, max_size: int) -> np.ndarray:
+  """Every ordered combination of 1…`max_size` distinct chunks of N, `[C, max_size]` int32,
+  -1 padded, by size then lexicographically. C = Σ_k N!/(N−k)!."""
+  rows = []
+  for k in range(1, max_size + 1):
+    perms = np.asarray(list(itertools.permutations(range(n), k)), np.int32).reshape(-1, k)
+    rows.append(np.pad(perms, ((0, 0), (0, max_size - k)), constant_values=NO_ITEM))
+  out = np.concatenate(rows)
+  out.setflags(write=False)
+  return out
+
+
+def num_ordered_combinations(n: int, max_size: int) -> int:
+  return sum(math.perm(n, k) for k in range(1, max_size + 1))
+
+
+@pytree.jit_static_leaves(static_argnames=("batch_size",))
+def _exhaustive(scorer, costs, budget, valid, combos, used, safe, *, batch_size):
+  # `used`/`safe` come precomputed from NumPy: when the caller's jit makes `combos` a
+  # constant, XLA would otherwise spend seconds constant-folding them.
+  cost = jnp.sum(jnp.where(used, costs[safe], 0), axis=-1)  # [C]
+  ok = cost <= budget
+  if valid is not None:
+    ok &= jnp.all(valid[safe] | ~used, axis=-1)
+  vals = lax.map(scorer, combos, batch_size=min(batch_size, combos.shape[0])).astype(jnp.float32)
+  score = jnp.where(ok, vals, -jnp.inf)
+  best = jnp.argmax(score)  # ties: the first, i.e. the shortest, lexicographically smallest
+  order = jnp.where(score[best] > -jnp.inf, combos[best], NO_ITEM)
+  return _result(scorer, order, costs)
+
+
+def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
+                      batch_size: int = 4096) -> SearchResult:
+  """CORAG Upper: the best of every ordered combination of 1…`max_size` chunks within budget.
+
+  Scores `C = Σ_{k≤max_size} N!/(N−k)!` combinations in batches of `batch_size` (a vmapped
+  scorer call each); `max_size ≤ 5`. If no chunk fits, the result is the empty combination.
+  `order` has shape `[max_size]`.
+  """
+  masked = valid is not None
+  costs, budget, valid, max_size = check_inputs(scorer, costs, budget, valid, max_size,
+                                                depth_name="max_size")
+  if max_size > MAX_EXHAUSTIVE_SIZE:
+    raise ValueError(f"`max_size` must be at most {MAX_EXHAUSTIVE_SIZE} (there are "
+                     f"{num_ordered_combinations(costs.shape[0], max_size):,} ordered combinations); "
+                     "use `jaxsel.corag_search` for longer orders.")
+  if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+  combos = ordered_combinations(costs.shape[0], max_size)
+  used = combos >= 0
+  return _exhaustive(scorer, costs, budget, valid if masked else None, jnp.asarray(combos),
+                     jnp.asarray(used), jnp.asarray(np.where(used, combos, 0)), batch_size=batch_size)

@@ -1,0 +1,342 @@
+"""Greedy maximisation of monotone submodular objectives: dense, lazy and stochastic.
+
+Shape legend: N candidates, K picks, M candidates re-evaluated per lazy round.
+
+Each function handles one instance with fixed shapes (`lax` loops, masks, `-1` for an
+empty slot); batch with `jax.vmap`. Ties go to the lowest index, so dense and lazy greedy
+return the same picks, and greedy is a ranking: the first k-1 picks for k are the picks
+for k-1 (without a budget).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxsel._src import checks, native, numerics
+from jaxsel._src.objectives.rows import GATHER_MIN_N
+from jaxsel._src.types import NO_ITEM, Objective, Selection
+
+Array = jax.Array
+
+METHODS = ("dense", "lazy", "stochastic")
+_SLACK = 1e-5  # relative; far above float32 reordering error, far below real gaps
+_WINDOW_ROUNDS = 8  # lazy rounds per top_k window
+_LAZY_MIN_N = 256  # with the default block, lazy greedy on at most this many candidates takes dense steps
+
+
+class _Carry(NamedTuple):
+  step: Array
+  done: Array
+  state: object
+  selected: Array  # [N] bool
+  bound: Array  # [N] lazy upper bounds of the criterion
+  spent: Array
+  key: Array
+  sel: Selection
+
+
+def _criterion(gains: Array, costs: Optional[Array], ratio: bool) -> Array:
+  if not ratio:
+    return gains
+  # Cost-benefit: gain per unit cost; a free candidate with positive gain comes first.
+  safe = jnp.where(costs > 0, costs, 1)
+  return jnp.where(costs > 0, gains / safe, jnp.where(gains > 0, jnp.inf, 0.0))
+
+
+def _batched_zero(mask: Array) -> Array:
+  """An int32 zero computed from `mask` (bool, non-empty): under `vmap` it is batched, and
+  sharded like the inputs, where `jnp.zeros_like` (which ignores values) never is. Loop
+  state offset by it carries the batch sharding from the start, so indexing it under
+  `vmap` over inputs sharded along explicit mesh axes stays unambiguous."""
+  return (mask.reshape(-1)[0] & False).astype(jnp.int32)
+
+
+def _available(obj, selected, costs, budget, spent):
+  avail = obj.valid & ~selected
+  if costs is not None:
+    avail &= costs <= budget - spent
+  return avail
+
+
+def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
+  """Exact lazy step: re-evaluates the highest stale bounds, `block` per round, until no
+  unevaluated candidate can beat (or tie with a lower index) the best fresh one.
+
+  One `top_k` per window of `_WINDOW_ROUNDS` rounds sorts the stale bounds; the rounds walk
+  that sorted window, so a round touches only its block (no pass over all N bounds), and
+  the highest bound not yet evaluated is simply the next entry of the window."""
+  n = avail.shape[0]
+  neg = jnp.asarray(-jnp.inf, bound.dtype)
+  rounds = max(1, min(_WINDOW_ROUNDS, -(-n // block)))
+  width = rounds * block
+  take = min(width + 1, n)
+
+  def window(c):
+    bound, fresh, best, best_j, best_gain, _ = c
+    vals, idx = lax.top_k(jnp.where(avail & ~fresh, bound, neg), take)
+    if take < width + 1:  # pad with -inf entries at out-of-range index n (scatters drop them)
+      vals = jnp.concatenate([vals, jnp.full((width + 1 - take,), neg)])
+      idx = jnp.concatenate([idx, jnp.full((width + 1 - take,), n, idx.dtype)])
+
+    def walk(w):
+      r, bound, fresh, best, best_j, best_gain, _ = w
+      pos = r * block
+      cand = lax.dynamic_slice(idx, (pos,), (block,))
+      ok = lax.dynamic_slice(vals, (pos,), (block,)) > neg
+      g = obj.gains(state, jnp.minimum(cand, n - 1))
+      crit = _criterion(g, None if costs is None else costs[jnp.minimum(cand, n - 1)], ratio)
+      crit = jnp.where(ok, crit.astype(bound.dtype), neg)
+      bound = bound.at[cand].set(jnp.where(ok, crit, bound[cand]), mode="drop")
+      fresh = fresh.at[cand].set(fresh[cand] | ok, mode="drop")
+      # The block's best (highest criterion, then lowest index) against the best so far.
+      top = jnp.max(crit)
+      p = jnp.argmin(jnp.where(ok & (crit == top), cand, n + 1))
+      better = ok[p] & ((top > best) | ((top == best) & (cand[p] < best_j)))
+      best = jnp.where(better, top, best)
+      best_j = jnp.where(better, cand[p], best_j)
+      best_gain = jnp.where(better, g[p], best_gain)
+      # Blocks of different sizes may reduce in a different order, so a bound can sit a few
+      # ulps below a fresh value: any stale bound within that slack of the winner is re-evaluated.
+      nxt = vals[pos + block]
+      slack = jnp.where(jnp.isfinite(best), _SLACK * jnp.abs(best), 0)
+      blocked = (nxt > neg) & (nxt >= best - slack)
+      return r + 1, bound, fresh, best, best_j, best_gain, ~blocked
+
+    w = lax.while_loop(lambda w: ~w[-1] & (w[0] < rounds), walk,
+                       (jnp.zeros((), jnp.int32), bound, fresh, best, best_j, best_gain, jnp.zeros((), bool)))
+    return w[1:]
+
+  zero = _batched_zero(avail).astype(bound.dtype)  # not bound[0] * 0: bounds may be inf
+  init = (bound, avail & False, neg + zero, jnp.asarray(n, jnp.int32) + zero.astype(jnp.int32),
+          zero, ~jnp.any(avail))
+  bound, _, best, best_j, best_gain, _ = lax.while_loop(lambda c: ~c[-1], window, init)
+  return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
+
+
+def _default_block(n: int) -> int:
+  """Candidates re-evaluated per lazy round: gathered blocks (long rows) parallelise better a
+  little larger (48 rows were faster than 32 at N = 6000 and 10000, bench/README.md)."""
+  return 48 if n >= GATHER_MIN_N else max(1, min(n, max(4, min(32, n // 16))))
+
+
+def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
+  n = obj.num_candidates
+  if method in ("dense", "lazy"):
+    fused = obj.fused_greedy(costs, budget, min_gain, k=k, lazy=method == "lazy", ratio=ratio)
+    if fused is not None:
+      return fused
+  if block is None:
+    block = _default_block(n)
+    if method == "lazy" and n <= _LAZY_MIN_N:
+      # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
+      # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
+      method = "dense"
+  dtype = jax.eval_shape(lambda: obj.state_value(obj.init())).dtype
+  anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state
+  state0 = jax.tree.map(lambda x: x + anchor.astype(x.dtype), obj.init())
+  budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
+  zero = anchor.astype(jnp.float32)
+  bound0 = jnp.full((n,), jnp.inf, dtype) + anchor.astype(dtype)
+  if method == "lazy" and n:
+    bound0 = _criterion(obj.gains(state0), costs, ratio).astype(dtype)
+  sel0 = Selection(
+      indices=jnp.full((k,), NO_ITEM, jnp.int32) + anchor,
+      gains=jnp.zeros((k,), dtype) + anchor.astype(dtype),
+      values=jnp.zeros((k,), dtype) + anchor.astype(dtype),
+      count=anchor,
+      cost=zero)
+  carry = _Carry(anchor, jnp.asarray(k == 0 or n == 0) | (anchor != 0), state0,
+                 jnp.zeros((n,), bool) | (anchor != 0), bound0, zero,
+                 jax.random.key(0) if key is None else key, sel0)
+
+  def body(c: _Carry) -> _Carry:
+    avail = _available(obj, c.selected, costs, budget, c.spent)
+    bound, key = c.bound, c.key
+    if method == "dense":
+      g = obj.gains(c.state)
+      crit = jnp.where(avail, _criterion(g, costs, ratio), -jnp.inf)
+      j = numerics.first_argmax(crit)
+      best, gain = crit[j], g[j]
+    elif method == "lazy":
+      j, best, gain, bound = _lazy_pick(obj, c.state, avail, c.bound, costs, ratio, block)
+    else:  # stochastic greedy: the best of a random sample of the available candidates
+      key, sub = jax.random.split(c.key)
+      u = jnp.where(avail, jax.random.uniform(sub, (n,)), 2.0)
+      _, idx = lax.top_k(-u, sample)
+      ok = avail[idx]
+      g = obj.gains(c.state, idx)
+      crit = jnp.where(ok, _criterion(g, None if costs is None else costs[idx], ratio), -jnp.inf)
+      m = jnp.argmax(crit)
+      j, best, gain = idx[m], crit[m], g[m]
+    stop = best == -jnp.inf
+    if min_gain is not None:
+      stop |= gain < min_gain
+    take = ~stop
+    state = jax.tree.map(lambda new, old: jnp.where(take, new, old), obj.update(c.state, j), c.state)
+    value = obj.state_value(state)
+    spent = c.spent if costs is None else c.spent + jnp.where(take, costs[j], 0)
+    s = c.sel
+    s = Selection(
+        indices=s.indices.at[c.step].set(jnp.where(take, j, NO_ITEM).astype(jnp.int32)),
+        gains=s.gains.at[c.step].set(jnp.where(take, gain, 0).astype(dtype)),
+        values=jnp.where(jnp.arange(k) >= c.step, value, s.values).astype(dtype),
+        count=s.count + take.astype(jnp.int32),
+        cost=spent)
+    return _Carry(c.step + 1, stop | (c.step + 1 >= k), state,
+                  c.selected.at[j].set(c.selected[j] | take), bound, spent, key, s)
+
+  if k == 0 or n == 0:  # nothing to pick: empty arrays, count 0
+    return sel0
+  out = lax.while_loop(lambda c: ~c.done, body, carry)
+  return out.sel
+
+
+def _best_single(obj, costs, budget, *, k):
+  """The best feasible single candidate, as a Selection."""
+  g = obj.gains(obj.init())
+  avail = obj.valid & (costs <= budget)
+  crit = jnp.where(avail, g, -jnp.inf)
+  j = jnp.argmax(crit)
+  ok = crit[j] > -jnp.inf
+  dtype = g.dtype
+  first = jnp.arange(k) == 0  # a select, not a scatter: keeps the batch sharding under vmap
+  return Selection(
+      indices=jnp.where(first, jnp.where(ok, j, NO_ITEM), NO_ITEM).astype(jnp.int32),
+      gains=jnp.where(first, jnp.where(ok, g[j], 0), 0).astype(dtype),
+      values=jnp.full((k,), jnp.where(ok, g[j], 0), dtype),
+      count=ok.astype(jnp.int32),
+      cost=jnp.where(ok, costs[j], 0).astype(jnp.float32))
+
+
+def _final_value(s: Selection) -> Array:
+  return jnp.where(s.count > 0, s.values[-1], -jnp.inf)
+
+
+def _better(a: Selection, b: Selection) -> Selection:
+  """`a` if its final value is at least `b`'s, else `b` (leafwise select)."""
+  take_a = _final_value(a) >= _final_value(b)
+  return jax.tree.map(lambda x, y: jnp.where(take_a, x, y), a, b)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "method", "block", "sample", "use_key"))
+def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_key):
+  key = key if use_key else None
+  if costs is None or k == 0 or obj.num_candidates == 0:
+    return _run(obj, None, None, min_gain, key, k=k, method=method, ratio=False,
+                block=block, sample=sample)
+  # Budgeted: cost-benefit greedy, plain-gain greedy and the best single item; the best of
+  # the three keeps the (1 - 1/e)/2 guarantee of Khuller, Moss & Naor (1999) / Leskovec
+  # et al. (2007), where cost-benefit alone can be arbitrarily bad.
+  ka, kb = (None, None) if key is None else tuple(jax.random.split(key))
+  cb = _run(obj, costs, budget, min_gain, ka, k=k, method=method, ratio=True, block=block, sample=sample)
+  uc = _run(obj, costs, budget, min_gain, kb, k=k, method=method, ratio=False, block=block, sample=sample)
+  best = _better(cb, uc)
+  single = _best_single(obj, costs, budget, k=k)
+  if min_gain is not None:  # a single item below the threshold is no pick at all
+    single = single._replace(count=jnp.where(single.gains[0] >= min_gain, single.count, 0))
+  return _better(best, single)
+
+
+def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=None,
+           method: str = "lazy", key=None, epsilon: float = 0.1, block: Optional[int] = None,
+           backend: Optional[str] = None) -> Selection:
+  """Greedy maximisation of `objective` with up to `k` picks.
+
+  Args:
+    objective: a jaxsel objective (one instance; `jax.vmap` this function for a batch).
+    k: maximum number of picks (static). `k = 0` returns empty arrays; `N = 0` needs `k = 0`.
+    costs: `[N]` non-negative cost of each candidate (e.g. tokens); needs `budget`.
+    budget: total cost allowed. The picks never exceed it: the result is the best of
+      cost-benefit greedy, plain-gain greedy and the best single feasible candidate.
+    min_gain: stop once the marginal gain of the next pick falls below this (saturation);
+      `Selection.count` says how many were taken.
+    method: ``"lazy"`` (default; exact, same picks as ``"dense"``, re-evaluating only blocks
+      of candidates whose stale upper bound could still win), ``"dense"`` (all gains every
+      step) or ``"stochastic"`` (Mirzasoleiman et al. 2015: the best of a random sample of
+      `ceil(N/k · log(1/epsilon))` candidates per step; `(1 - 1/e - epsilon)` in expectation).
+    key: PRNG key, required for ``"stochastic"``.
+    epsilon: stochastic greedy's accuracy parameter, in (0, 1).
+    block: candidates re-evaluated per lazy round (static; default `clip(N // 16, 4, 32)`,
+      at most N, and 48 from 5000 candidates on, where rows are gathered into blocks). With
+      the default, ``"lazy"`` on at most 256 candidates takes dense steps (the same picks;
+      below that size, and above all under `vmap`, the lazy bookkeeping costs more than the
+      gain evaluations it saves); pass `block` to force lazy rounds.
+    backend: ``"auto"``, ``"native"`` or ``"xla"`` (static): where gains and fused greedy
+      runs are computed; None keeps the objective's own (its constructor's `backend`).
+      Both give the same picks.
+
+  Returns:
+    `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`.
+  """
+  if not isinstance(objective, Objective):
+    raise TypeError(
+        f"`objective` must be a jaxsel objective (e.g. `jaxsel.facility_location(...)`), "
+        f"got {type(objective).__name__}.")
+  n = objective.num_candidates
+  if jnp.ndim(objective.valid) != 1:
+    raise ValueError(
+        f"`objective` is a batch (`valid` has shape {jnp.shape(objective.valid)}); greedy takes one "
+        "instance: `jax.vmap(lambda o: jaxsel.greedy(o, k=...))(objectives)`.")
+  if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+    raise TypeError(f"`k` must be a Python int (it fixes output shapes), got {type(k).__name__}.")
+  k = int(k)
+  if k < 0 or k > n:
+    raise ValueError(f"`k` must be between 0 and the number of candidates N={n}, got {k}.")
+  if method not in METHODS:
+    raise ValueError(f"Unknown `method` {method!r}; use one of {', '.join(map(repr, METHODS))}.")
+  if (costs is None) != (budget is None):
+    raise ValueError("`costs` and `budget` go together: pass both (a knapsack budget) or neither.")
+  if costs is not None:
+    costs = checks.as_float_array(costs, "costs").astype(jnp.float32)
+    if costs.shape != (n,):
+      raise ValueError(f"`costs` must have shape [N] = [{n}] (one instance; `jax.vmap` for a "
+                       f"batch), got {costs.shape}.")
+    checks.check_finite(costs, "costs")
+    if checks.is_concrete(costs) and bool((np.asarray(costs) < 0).any()):
+      raise ValueError("`costs` must be non-negative (a cost is e.g. a token count).")
+    budget = checks.as_float_array(budget, "budget").astype(jnp.float32)
+    if budget.ndim != 0:
+      raise ValueError(f"`budget` must be a scalar (one instance; `jax.vmap` for a batch), got "
+                       f"shape {budget.shape}.")
+    if checks.is_concrete(budget):
+      b = np.asarray(budget)
+      if not np.isfinite(b).all() or (b < 0).any():
+        raise ValueError(f"`budget` must be a finite non-negative number, got {b}.")
+  if min_gain is not None:
+    min_gain = checks.as_float_array(min_gain, "min_gain").astype(jnp.float32)
+    if min_gain.ndim != 0:
+      raise ValueError(f"`min_gain` must be a scalar, got shape {min_gain.shape}.")
+    if checks.is_concrete(min_gain) and not np.isfinite(np.asarray(min_gain)).all():
+      raise ValueError("`min_gain` must be finite.")
+  if method == "stochastic":
+    if key is None:
+      raise ValueError("`method='stochastic'` needs a PRNG `key` (e.g. `jax.random.key(0)`).")
+    if not 0 < epsilon < 1:
+      raise ValueError(f"`epsilon` must lie in (0, 1), got {epsilon}.")
+  if block is not None and (not isinstance(block, int) or not 1 <= block <= max(n, 1)):
+    raise ValueError(f"`block` must be an int in [1, N={n}], got {block!r}.")
+  if backend is not None:
+    objective = objective.with_backend(native.check_backend(backend))
+  sample = max(1, min(n, math.ceil(n / max(k, 1) * math.log(1 / epsilon))))
+  return _greedy(objective, costs, budget, min_gain, key, k=k, method=method,
+                 block=block, sample=sample, use_key=key is not None)
+
+
+def saturation_point(selection: Selection, *, rel_gain: float = 0.05) -> Array:
+  """Number of picks before the curve saturates: the first pick whose marginal gain is
+  below `rel_gain` times the first pick's gain is not counted. Shape `[]` (or `[B]`)."""
+  g = selection.gains
+  k = g.shape[-1]
+  if k == 0:  # no room for a pick: nothing before saturation
+    return jnp.zeros(g.shape[:-1], jnp.int32)
+  first = g[..., :1]
+  taken = jnp.arange(k) < selection.count[..., None]
+  low = (g < rel_gain * first) | ~taken
+  return jnp.where(jnp.any(low, axis=-1), jnp.argmax(low, axis=-1), k).astype(jnp.int32)

@@ -1,0 +1,140 @@
+"""Native CPU kernels: C++ XLA FFI handlers (`csrc/`), built when jaxsel is installed.
+
+XLA:CPU runs a few of jaxsel's hot loops poorly (greedy's gain reduction is a single-threaded
+reduce fusion; each greedy step is a dozen small XLA ops; attention over short, packed
+sequences). For those, `setup.py` compiles `csrc/*.cc` against the FFI headers of jaxlib into
+one shared library per x86-64 instruction-set level (`x86-64-v4` with AVX-512, `x86-64-v3`
+with AVX2/FMA, and a baseline), never `-march=native`, so an installed wheel runs on any
+CPU of its architecture. At import the best library this CPU can run is loaded and its
+handlers are registered with XLA for the CPU platform; nothing is compiled at run time.
+
+Where the libraries were not built (no C++ compiler at install time, or a source tree used
+without installing), jaxsel runs its pure-XLA code (same picks) and says so in one log line
+the first time a kernel would have served (logger `jaxsel`). Which path runs is a static
+argument at the API boundary: `backend="auto"` (the kernels where they apply), `"native"`
+(an error if they are unavailable) or `"xla"`. `JAXSEL_NATIVE=0` in the environment, read
+once at import, makes `"auto"` mean `"xla"`. `status()` says what was loaded.
+
+One wrapper module per kernel (`greedy`, `attention`) holds its `ffi_call` together with its
+`custom_vjp`, whose backward pass differentiates the XLA code (an FFI call has no derivative).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import platform
+from pathlib import Path
+from typing import Optional
+
+import jax
+
+from jaxsel._src.types import BACKENDS
+
+log = logging.getLogger("jaxsel")
+
+_HERE = Path(__file__).parent
+# Library variants, best first, and the CPU flags (Linux /proc/cpuinfo names) each needs.
+VARIANTS = ("x86_64_v4", "x86_64_v3", "generic")
+_V3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"}
+_NEEDS = {"x86_64_v4": _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+          "x86_64_v3": _V3, "generic": set()}
+# XLA target name -> exported handler symbol, for every kernel in the library.
+TARGETS = {
+    "jaxsel_cover_gains": "JaxselCoverGains",
+    "jaxsel_cover_greedy": "JaxselCoverGreedy",
+    "jaxsel_attention": "JaxselAttention",
+}
+
+ENABLED = os.environ.get("JAXSEL_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def library_path(variant: str) -> Optional[Path]:
+  """The built library of `variant` next to this module (any Python ABI suffix), or None."""
+  found = sorted(_HERE.glob(f"_kernels_{variant}*.so")) + sorted(_HERE.glob(f"_kernels_{variant}*.pyd"))
+  return found[0] if found else None
+
+
+def _cpu_flags() -> set:
+  """This CPU's feature flags (empty where /proc/cpuinfo does not exist: baseline only)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+def _load() -> tuple[Optional[ctypes.CDLL], str]:
+  """(the best library this CPU runs, with its handlers registered; or None, and why)."""
+  if not ENABLED:
+    return None, "turned off by JAXSEL_NATIVE=0"
+  variants = VARIANTS if platform.machine().lower() in ("x86_64", "amd64") else ("generic",)
+  flags = _cpu_flags()
+  missing = []
+  for variant in variants:
+    path = library_path(variant)
+    if path is None:
+      missing.append(variant)
+      continue
+    if not _NEEDS[variant] <= flags:
+      continue  # never load code this CPU cannot run
+    try:
+      lib = ctypes.CDLL(str(path))
+      for target, symbol in TARGETS.items():
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+    except (OSError, AttributeError) as e:
+      return None, f"{path.name} failed to load: {e}"
+    return lib, f"loaded {path.name}"
+  if missing and len(missing) == len(variants):
+    return None, ("not built: jaxsel was not installed with a C++ compiler (reinstall with "
+                  "`pip install -e .` where `c++` is available)")
+  return None, "no built variant runs on this CPU"
+
+
+_LIB, _STATUS = _load()
+_warned = False
+
+
+def available() -> bool:
+  """Whether the kernels are loaded (built, supported by this CPU, not turned off)."""
+  return _LIB is not None
+
+
+def status() -> str:
+  """What happened at import: which library was loaded, or why none was."""
+  return _STATUS
+
+
+def check_backend(backend: str) -> str:
+  """Validates a `backend` argument at the API boundary (before anything is traced)."""
+  if backend not in BACKENDS:
+    raise ValueError(f"Unknown `backend` {backend!r}; use one of {', '.join(map(repr, BACKENDS))}.")
+  if backend == "native" and not available():
+    raise ValueError(f"`backend='native'` but the native kernels are unavailable ({_STATUS}); "
+                     "use backend='auto' or 'xla'.")
+  return backend
+
+
+def wanted(backend: str) -> bool:
+  """Whether `backend` asks for the kernels where they apply; logs once when "auto" would
+  have used them but they are unavailable (on the CPU backend only)."""
+  global _warned
+  if backend == "xla":
+    return False
+  if not available():
+    if not _warned and ENABLED and jax.default_backend() == "cpu":
+      _warned = True
+      log.warning("jaxsel: native CPU kernels unavailable, using the XLA path (%s)", _STATUS)
+    return False
+  return True
+
+
+def explicitly_sharded(x) -> bool:
+  """Whether `x` lives on a mesh with explicit axes (`jax.sharding.AxisType.Explicit`), where
+  a custom call would gather the batch onto one device; the XLA path keeps it sharded."""
+  mesh = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+  return jax.sharding.AxisType.Explicit in tuple(getattr(mesh, "axis_types", None) or ())

@@ -1,0 +1,253 @@
+"""Dense monotone submodular objectives: facility location, coverage, saturated coverage.
+
+Shape legend: Q queries, N candidates (= items to cover), M a block of candidates.
+
+Every objective implements `jaxsel.Objective` (`jaxsel._src.types`) as a frozen pytree whose
+array fields are leaves, so a whole objective passes through `jax.jit` and `jax.vmap` (a batch
+of objectives is the same class with a leading axis on every leaf). The interface mirrors
+optax's `(init, update)` pairs:
+
+* `init()` -> state: the incremental state of the empty set;
+* `gains(state, idx=None)` -> `[N]` (or `[M]` for `idx` `[M]`): marginal gains
+  `f(S + j) - f(S)` of every candidate (or of a block), in one pass over the data;
+* `update(state, j)` -> state after adding candidate `j`;
+* `state_value(state)` -> `f(S)`; `value(selected)` -> `f` of any bool mask `[N]`.
+
+The similarity is stored candidate-major (`sim_t[j, i] = s_ij`), so a candidate's gain reads
+one contiguous row. On the CPU the gains, and whole greedy runs (`fused_greedy`), go to the
+native kernels where `backend` allows (`jaxsel._src.native.greedy`); the arithmetic is
+`objectives.rows` either way.
+
+Similarities must be non-negative: with negative entries these functions are neither
+monotone nor submodular. Use `nonnegative` (or `cosine_similarity`, which clips by default).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsel._src import checks, native, pytree
+from jaxsel._src.native import greedy as native_greedy
+from jaxsel._src.numerics import NEGATIVE_FIX
+from jaxsel._src.objectives import rows
+from jaxsel._src.types import Objective, Selection
+
+Array = jax.Array
+
+
+class CoverState(NamedTuple):
+  """Incremental state of facility location / coverage."""
+  cover: Array  # [Q, N] max_{j in S} r_qj * s_ij (0 for the empty set)
+
+
+class SaturationState(NamedTuple):
+  """Incremental state of saturated coverage."""
+  best: Array  # [N] max_{j in S} s_ij (0 for the empty set)
+
+
+class _Dense(Objective):
+  """What the two dense objectives share: the candidate-major matrix and its backend."""
+
+  @property
+  def num_candidates(self) -> int:
+    return self.sim_t.shape[-1]
+
+  def with_backend(self, backend: str):
+    return self.replace(backend=backend)
+
+  def fused_greedy(self, costs, budget, min_gain, *, k, lazy, ratio) -> Optional[Selection]:
+    n = self.num_candidates
+    if not (k and n and self.sim_t.shape[-2] == n and native_greedy.applies(self.sim_t, self.backend)):
+      return None
+    return native_greedy.cover_greedy(
+        self.sim_t, self.relevance, self.valid, costs, budget, min_gain, k=k, lazy=lazy,
+        ratio=ratio, saturated=isinstance(self, SaturatedCoverage))
+
+
+@pytree.dataclass
+class FacilityLocation(_Dense):
+  """`f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`; coverage is the case `Q = 1, r = 1`.
+
+  Build it with `jaxsel.facility_location` or `jaxsel.coverage`.
+  """
+  sim_t: Array  # [N, N] candidate-major: sim_t[j, i] = s_ij, zero on invalid rows/columns
+  relevance: Optional[Array]  # [Q, N] r_qj (zero on invalid j), or None for coverage
+  valid: Array  # [N] bool
+  backend: str = pytree.field(static=True, default="auto")
+  candidate_axes: ClassVar = {"sim_t": 0, "relevance": 1, "valid": 0}
+
+  def init(self) -> CoverState:
+    q = 1 if self.relevance is None else self.relevance.shape[-2]
+    return CoverState(jnp.zeros((q, self.num_candidates), self.sim_t.dtype))
+
+  def gains(self, state: CoverState, idx: Optional[Array] = None) -> Array:
+    if native_greedy.applies(self.sim_t, self.backend):
+      return native_greedy.cover_gains(self.sim_t, state.cover, self.relevance, idx)
+    row_gains = lambda r_rows, r: rows.cover_row_gains(r_rows, r, state.cover)
+    if idx is None:
+      return row_gains(self.sim_t, self.relevance)
+    return rows.block_gains(row_gains, self.sim_t, self.relevance, idx)
+
+  def update(self, state: CoverState, j: Array) -> CoverState:
+    row = self.sim_t[j]  # [N]
+    contrib = row[None] if self.relevance is None else self.relevance[:, j, None] * row[None]
+    return CoverState(jnp.maximum(state.cover, contrib))
+
+  def state_value(self, state: CoverState) -> Array:
+    return jnp.sum(state.cover)
+
+  def value(self, selected: Array) -> Array:
+    """`f` of a bool mask `[N]`; invalid candidates in the mask are ignored."""
+    sel = jnp.asarray(selected, bool) & self.valid
+    r = jnp.ones((1, self.num_candidates), self.sim_t.dtype) if self.relevance is None else self.relevance
+    contrib = jnp.where(sel[None, :, None], r[:, :, None] * self.sim_t[None], 0)  # [Q, N(j), N(i)]
+    return jnp.sum(jnp.max(contrib, axis=1, initial=0))
+
+
+@pytree.dataclass
+class SaturatedCoverage(_Dense):
+  """`f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`: item i needs only r_qi of coverage.
+
+  Build it with `jaxsel.saturated_coverage`.
+  """
+  sim_t: Array  # [N, N] candidate-major, zero on invalid rows/columns
+  relevance: Array  # [Q, N] r_qi, the saturation level of item i (zero on invalid i)
+  valid: Array  # [N] bool
+  backend: str = pytree.field(static=True, default="auto")
+  candidate_axes: ClassVar = {"sim_t": 0, "relevance": None, "valid": 0}  # r is item-side
+
+  def init(self) -> SaturationState:
+    return SaturationState(jnp.zeros((self.num_candidates,), self.sim_t.dtype))
+
+  def gains(self, state: SaturationState, idx: Optional[Array] = None) -> Array:
+    row_gains = lambda r_rows, _: rows.saturated_row_gains(r_rows, self.relevance, state.best)
+    if idx is None:
+      return row_gains(self.sim_t, None)
+    return rows.block_gains(row_gains, self.sim_t, None, idx)
+
+  def update(self, state: SaturationState, j: Array) -> SaturationState:
+    return SaturationState(jnp.maximum(state.best, self.sim_t[j]))
+
+  def state_value(self, state: SaturationState) -> Array:
+    return jnp.sum(jnp.minimum(self.relevance, state.best[None]))
+
+  def value(self, selected: Array) -> Array:
+    sel = jnp.asarray(selected, bool) & self.valid
+    best = jnp.max(jnp.where(sel[:, None], self.sim_t, 0), axis=0, initial=0)
+    return self.state_value(SaturationState(best))
+
+
+_HOST_BLOCK = 512  # rows per block of the host-side transpose (cache-sized tiles)
+
+
+def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype) -> Array:
+  """`sim` `[..., N, N]` (NumPy, item-major) as a candidate-major device array, zeroed on
+  invalid rows and columns, in one host copy.
+
+  On the CPU backend the transpose is written tile by tile into a 64-byte aligned buffer,
+  which `jax.device_put` then shares instead of copying: one host pass instead of a device
+  copy plus an XLA transpose (bench/README.md, "NumPy input"). `dtype` is the
+  device dtype (`checks.host_float_dtype`)."""
+  n = sim.shape[-1]
+  out = checks.aligned_empty(sim.shape, dtype)
+  with np.errstate(over="ignore"):  # a float64 value beyond float32 is caught just below
+    for i in range(0, n, _HOST_BLOCK):
+      out[..., :, i:i + _HOST_BLOCK] = np.swapaxes(sim[..., i:i + _HOST_BLOCK, :], -1, -2)
+  if dtype != sim.dtype:  # float64 → float32 without x64: a huge finite value may become inf
+    checks.check_finite(out, "similarity (as float32)")
+  if valid is not None and not valid.all():
+    np.multiply(out, valid[..., :, None], out=out)  # in place, broadcast: no [N, N] mask
+    np.multiply(out, valid[..., None, :], out=out)
+  return jax.device_put(out)
+
+
+def _prepare(similarity, relevance, valid, *, need_relevance: bool):
+  """Validates inputs; returns candidate-major similarity, [.., Q, N] relevance and mask."""
+  on_host = isinstance(similarity, np.ndarray) and jax.default_backend() == "cpu"
+  if on_host:  # checks and transpose on the host: no device copy of the untransposed matrix
+    host_dtype = checks.host_float_dtype(similarity, "similarity")
+    sim = similarity
+  else:
+    sim = checks.as_float_array(similarity, "similarity")
+  if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
+    raise ValueError(
+        f"`similarity` must be square, [N, N] (or [..., N, N] for a batch), got shape {sim.shape}.")
+  n = sim.shape[-1]
+  batch = sim.shape[:-2]
+  # The candidate-major copy (and, on the device, the masked one) must fit.
+  checks.check_fits(sim.shape, host_dtype if on_host else sim.dtype,
+                     1 + (not on_host and valid is not None),
+                     "The candidate-major copy of `similarity`")
+  if not (on_host and sim.size and checks.min_max_ok(sim, 0)):  # one min/max answers both
+    checks.check_finite(sim, "similarity")
+    checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
+  v = checks.check_valid(valid, n, batch_shape=batch)
+  rel = None
+  if relevance is None:
+    if need_relevance:
+      raise TypeError("`relevance` is required: [Q, N] query–candidate relevance, or [N] for one query.")
+  else:
+    rel = checks.as_float_array(relevance, "relevance")
+    if rel.ndim == sim.ndim - 1:
+      rel = rel[..., None, :]
+    if rel.ndim != sim.ndim or rel.shape[-1] != n or rel.shape[:-2] != batch:
+      raise ValueError(
+          f"`relevance` must be [Q, {n}] or [{n}] (with the same leading batch axes as "
+          f"`similarity` {sim.shape}), got {jnp.shape(relevance)}.")
+    checks.check_finite(rel, "relevance")
+    checks.check_nonnegative(rel, "relevance", NEGATIVE_FIX)
+  if on_host:
+    sim_t = _host_candidate_major(sim, None if valid is None else np.asarray(v), host_dtype)
+  else:
+    sim_t = jnp.swapaxes(sim, -1, -2)
+    if valid is not None:
+      sim_t = jnp.where(v[..., :, None] & v[..., None, :], sim_t, 0)
+  if rel is not None:
+    rel = rel.astype(sim_t.dtype)
+    if valid is not None:
+      rel = jnp.where(v[..., None, :], rel, 0)
+  return sim_t, rel, v
+
+
+def facility_location(similarity, relevance=None, *, valid=None,
+                      backend: str = "auto") -> FacilityLocation:
+  """Multi-query facility location `f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`.
+
+  Args:
+    similarity: `[N, N]` non-negative, `s_ij` = how well candidate j represents item i
+      (rows are the covered items, columns the candidates; symmetric for cosine).
+    relevance: `[Q, N]` (or `[N]`) non-negative query–candidate relevance `r_qj`;
+      `None` gives plain coverage.
+    valid: bool `[N]`; padded candidates are never selected and never counted.
+    backend: where gains are computed: ``"auto"`` (the native CPU kernels where they apply),
+      ``"native"`` or ``"xla"`` (`jaxsel.greedy(backend=...)` can override it).
+  Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.
+  """
+  native.check_backend(backend)
+  sim_t, rel, v = _prepare(similarity, relevance, valid, need_relevance=False)
+  return FacilityLocation(sim_t=sim_t, relevance=rel, valid=v, backend=backend)
+
+
+def coverage(similarity, *, valid=None, backend: str = "auto") -> FacilityLocation:
+  """Text selection: `f(S) = Σ_i max_{j∈S} sim_ij`. `similarity` `[N, N]`, `valid` `[N]`."""
+  return facility_location(similarity, None, valid=valid, backend=backend)
+
+
+def saturated_coverage(similarity, relevance, *, valid=None,
+                       backend: str = "auto") -> SaturatedCoverage:
+  """Saturated coverage `f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`.
+
+  Args:
+    similarity: `[N, N]` non-negative passage–passage similarity.
+    relevance: `[Q, N]` (or `[N]`) non-negative; item i is worth at most `r_qi` to query q,
+      so once an item is covered that well, more of it adds nothing.
+    valid: bool `[N]`.
+    backend: as in `facility_location`.
+  """
+  native.check_backend(backend)
+  sim_t, rel, v = _prepare(similarity, relevance, valid, need_relevance=True)
+  return SaturatedCoverage(sim_t=sim_t, relevance=rel, valid=v, backend=backend)

@@ -1,0 +1,121 @@
+"""`PipelineConfig`: every setting of a `Pipeline`, frozen and checked in one place.
+
+A config is hashable and immutable; `replace(**changes)` makes a checked copy. `Pipeline`
+takes one (`config=`) or the same names as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+from jaxsel._src import native
+from jaxsel._src.greedy import METHODS as GREEDY_METHODS
+from jaxsel._src.methods import SCORERS, check_method
+from jaxsel._src.numerics import NONNEG_METHODS
+from jaxsel._src.text import UNITS
+
+
+def _positive_int(name: str, v) -> None:
+  if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+    raise ValueError(f"`{name}` must be a positive int, got {v!r}.")
+
+
+def _finite(name: str, v, low: float = -math.inf, high: float = math.inf, *, low_open=False) -> None:
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+      or v < low or (low_open and v == low) or v > high:
+    bound = f"in ({low}, {high}]" if low_open else f"in [{low}, {high}]"
+    raise ValueError(f"`{name}` must be a finite number {bound}, got {v!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  """How a `Pipeline` splits, scores and selects.
+
+  Attributes:
+    method: ``"facility_location"`` (relevance-weighted representativeness, multi-query),
+      ``"saturated_coverage"`` (each passage needs only as much coverage as it is relevant),
+      ``"coverage"`` (text selection, no query), ``"mmr"``, ``"naive"`` (relevance order, fill
+      the budget), ``"corag"`` (tree search over ordered combinations).
+    unit, max_tokens: how documents are split (`jaxsel.split_text`).
+    greedy_method: ``"lazy"`` (default), ``"dense"`` or ``"stochastic"`` (see `jaxsel.greedy`).
+    nonneg: how cosines become non-negative (`jaxsel.nonnegative`), default ``"clip"``.
+    candidates: passages retrieved from an index per query before selecting.
+    diversity: MMR's weight on redundancy, in [0, 1] (0 is relevance order).
+    corag_scorer: what the CORAG search maximises: a name of the scorer registry
+      (`jaxsel.available_scorers()`: the objectives, relevance, and the title-link scorers
+      ``"links"`` / ``"mentions_links"``, whose titles are `Passage.title`, e.g. Markdown
+      headings), or a callable `(request: jaxsel.Request) -> scorer`.
+    discount: position discount of the objective and relevance scorers (earlier chunks count
+      more), in (0, 1].
+    iterations, exploration, cost_penalty, max_depth: CORAG search settings (a configuration
+      agent, when given to the Pipeline, predicts the scorer and the first three per query);
+      `max_depth` also caps mmr/naive picks.
+    batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
+    min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
+      picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.
+    cache_size: how many recent `embed` results to keep; 0 turns caching off.
+    dense_limit: above this many candidates the submodular methods use the matrix-free
+      objectives (memory `O(N·D)` instead of the `[N, N]` similarity; the same picks).
+    backend: ``"auto"``, ``"native"`` or ``"xla"``: where greedy's gains run (`jaxsel.greedy`).
+  """
+  method: str = "facility_location"
+  unit: str = "passage"
+  max_tokens: Optional[int] = None
+  greedy_method: str = "lazy"
+  nonneg: str = "clip"
+  candidates: int = 64
+  diversity: float = 0.3
+  corag_scorer: Any = "facility_location"
+  discount: float = 0.9
+  iterations: int = 16
+  exploration: float = 2.4
+  cost_penalty: float = 0.1
+  max_depth: Optional[int] = None
+  batch_size: int = 64
+  progress: bool = False
+  min_gain: Optional[float] = 1e-6
+  cache_size: int = 8
+  dense_limit: int = 4096
+  backend: str = "auto"
+
+  def __post_init__(self):
+    check_method(self.method)
+    if self.unit not in UNITS:
+      raise ValueError(f"Unknown `unit` {self.unit!r}; use one of {', '.join(map(repr, UNITS))}.")
+    if self.max_tokens is not None:
+      _positive_int("max_tokens", self.max_tokens)
+    if self.greedy_method not in GREEDY_METHODS:
+      raise ValueError(f"Unknown `greedy_method` {self.greedy_method!r}; use one of "
+                       f"{', '.join(map(repr, GREEDY_METHODS))}.")
+    if self.nonneg not in NONNEG_METHODS:
+      raise ValueError(f"Unknown `nonneg` {self.nonneg!r}; use one of "
+                       f"{', '.join(map(repr, NONNEG_METHODS))}.")
+    for name in ("candidates", "batch_size", "iterations"):
+      _positive_int(name, getattr(self, name))
+    if self.max_depth is not None:
+      _positive_int("max_depth", self.max_depth)
+    for name in ("cache_size", "dense_limit"):
+      v = getattr(self, name)
+      if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"`{name}` must be an int >= 0, got {v!r}.")
+    _finite("diversity", self.diversity, 0.0, 1.0)
+    _finite("discount", self.discount, 0.0, 1.0, low_open=True)
+    _finite("exploration", self.exploration, 0.0)
+    _finite("cost_penalty", self.cost_penalty)
+    if self.min_gain is not None:
+      _finite("min_gain", self.min_gain)
+    if not callable(self.corag_scorer) and self.corag_scorer not in SCORERS:
+      raise ValueError(f"Unknown CORAG scorer {self.corag_scorer!r}; use one of "
+                       f"{', '.join(map(repr, SCORERS))} or a callable (request) -> scorer.")
+    if not isinstance(self.progress, bool):
+      raise TypeError(f"`progress` must be a bool, got {self.progress!r}.")
+    native.check_backend(self.backend)
+
+  def replace(self, **changes) -> "PipelineConfig":
+    """A checked copy with `changes` (setting names as in the constructor)."""
+    unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+    if unknown:
+      raise TypeError(f"Pipeline has no setting {unknown[0]!r}.")
+    return dataclasses.replace(self, **changes)

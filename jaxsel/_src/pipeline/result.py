@@ -1,0 +1,138 @@
+"""What `Pipeline.select` returns: the picks in order with their scores, gains and saturation
+curve, laid out as a table, JSON, a plot, or the prompt for an LLM.
+
+Shape legend: K picks, Q queries, N candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from jaxsel._src.greedy import saturation_point
+from jaxsel._src.types import Selection
+
+DEFAULT_TEMPLATE = (
+    "Answer the question using only the context below.\n\n"
+    "Context:\n{context}\n\n"
+    "Question: {query}\n"
+    "Answer:")
+TEXT_TEMPLATE = "{context}"
+
+
+@dataclasses.dataclass
+class SelectionResult:
+  """What `Pipeline.select` picked, in pick order, and why.
+
+  Arrays are NumPy, `[K]` over the picks unless said otherwise.
+  """
+  method: str
+  queries: list  # the Q query strings ([] for text selection)
+  passages: list  # [K] picked `Passage`s in pick order
+  indices: np.ndarray  # [K] their positions in `candidates`
+  scores: Optional[np.ndarray]  # [K] relevance of each pick (max over queries); None without queries
+  gains: np.ndarray  # [K] marginal gain of each pick under the method's objective
+  curve: np.ndarray  # [K] objective value after each pick: the saturation curve
+  cost: int  # tokens of all picks
+  budget: Optional[float]
+  candidates: list  # [N] every candidate `Passage`
+  candidate_scores: Optional[np.ndarray] = None  # [Q, N] relevance r_qj (non-negative)
+  documents: Optional[list] = None  # the source documents, when the pipeline split them
+
+  @property
+  def saturation(self) -> int:
+    """Number of picks before the marginal gain falls below 5% of the first pick's."""
+    g = jnp.asarray(self.gains, jnp.float32)
+    sel = Selection(indices=jnp.asarray(self.indices, jnp.int32), gains=g, values=g,
+                    count=jnp.asarray(len(g), jnp.int32), cost=jnp.zeros(()))
+    return int(saturation_point(sel))
+
+  def __len__(self) -> int:
+    return len(self.passages)
+
+  def context(self, *, order: str = "selection", numbered: bool = True) -> str:
+    """The picked passages joined into one context. `order`: ``"selection"`` (pick order, most
+    valuable first) or ``"document"`` (source order, for reading)."""
+    if order not in ("selection", "document"):
+      raise ValueError(f"Unknown `order` {order!r}; use 'selection' or 'document'.")
+    ps = list(self.passages)
+    if order == "document":
+      ps.sort(key=lambda p: (p.doc, p.start))
+    if not numbered:
+      return "\n\n".join(p.text for p in ps)
+    return "\n\n".join(f"[{i + 1}] {p.text}" for i, p in enumerate(ps))
+
+  def prompt(self, template: Optional[str] = None, *, order: str = "selection",
+             numbered: bool = True) -> str:
+    """The prompt for an LLM: `template` with `{context}` and `{query}` filled in.
+
+    The default template asks to answer the query (queries joined by newlines) from the
+    context; without queries it is the context alone.
+    """
+    if template is None:
+      template = DEFAULT_TEMPLATE if self.queries else TEXT_TEMPLATE
+    if "{context}" not in template:
+      raise ValueError("`template` must contain '{context}' (and usually '{query}').")
+    return template.replace("{query}", "\n".join(self.queries)).replace(
+        "{context}", self.context(order=order, numbered=numbered))
+
+  def to_dict(self) -> dict:
+    """A JSON-serialisable summary (the `jaxsel select --json` schema)."""
+    picks = []
+    for rank, (p, i, g, v) in enumerate(zip(self.passages, self.indices, self.gains, self.curve)):
+      picks.append({
+          "rank": rank + 1, "candidate": int(i), "text": p.text, "doc": p.doc,
+          "source": p.source, "start": p.start, "end": p.end, "tokens": p.tokens,
+          "score": None if self.scores is None else float(self.scores[rank]),
+          "gain": float(g), "value": float(v)})
+    return {"method": self.method, "queries": list(self.queries), "budget": self.budget,
+            "cost": int(self.cost), "num_candidates": len(self.candidates),
+            "saturation": self.saturation, "selected": picks}
+
+  def table(self, *, width: int = 100) -> str:
+    """A human-readable table of the picks."""
+    head = f"{'#':>3}  {'tokens':>6}  {'score':>6}  {'gain':>8}  {'value':>8}  passage"
+    lines = [head, "-" * min(width, len(head) + 40)]
+    room = max(20, width - len(head) + len("passage"))
+    for rank, p in enumerate(self.passages):
+      snippet = " ".join(p.text.split())
+      if len(snippet) > room:
+        snippet = snippet[:room - 1] + "\u2026"
+      score = "-" if self.scores is None else f"{self.scores[rank]:.3f}"
+      lines.append(f"{rank + 1:>3}  {p.tokens:>6}  {score:>6}  {self.gains[rank]:>8.3f}  "
+                   f"{self.curve[rank]:>8.3f}  {snippet}")
+    budget = "none" if self.budget is None else f"{self.budget:g}"
+    lines.append(f"{len(self.passages)} of {len(self.candidates)} candidates, {self.cost} tokens "
+                 f"(budget {budget}), method {self.method}, saturation after {self.saturation} picks")
+    return "\n".join(lines)
+
+  def plot(self, path=None, *, ax=None):
+    """Plots the saturation curve (objective value and marginal gain per pick); saves a PNG to
+    `path` when given. Returns the matplotlib figure."""
+    if ax is not None:
+      fig = ax.figure
+    elif path is not None:  # no pyplot figure: nothing left open in pyplot's state
+      fig = Figure(figsize=(6, 3.5))
+      ax = fig.subplots()
+    else:
+      fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = np.arange(1, len(self.curve) + 1)
+    tokens = np.cumsum([p.tokens for p in self.passages])
+    ax.plot(x, self.curve, "o-", label="objective value f(S)")
+    ax.bar(x, self.gains, alpha=0.35, label="marginal gain")
+    if len(x) and self.saturation < len(x):
+      ax.axvline(self.saturation + 0.5, color="grey", ls="--", label="saturation")
+    ax.set_xlabel("picks (cumulative tokens: " + ", ".join(map(str, tokens[:8]))
+                  + (", …" if len(tokens) > 8 else "") + ")")
+    ax.set_ylabel("value")
+    ax.set_title(f"{self.method}: saturation curve")
+    ax.legend(loc="center right")
+    fig.tight_layout()
+    if path is not None:
+      fig.savefig(path, dpi=120)
+    return fig

@@ -1,0 +1,143 @@
+"""The compiled part of a Pipeline request: from embeddings to picks, in one jitted function.
+
+Shape legend: Q queries, N candidates, D embedding dimension, K picks (or positions T).
+
+Scores, the objective or scorer, the greedy run / search / baseline and the curve of values
+after each pick are one program per method and shape. Shapes are bucketed (`bucket`): a
+request's candidates are padded to the next of a few sizes (four per octave) with a `valid`
+mask, and its queries to a power of two, so a stream of requests of varying sizes compiles a
+handful of programs and a request of a seen shape compiles nothing. Padded candidates are
+never picked and never counted, so the picks are those of the unpadded request.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsel._src import methods
+from jaxsel._src.baselines import mmr, naive_rag
+from jaxsel._src.greedy import greedy
+from jaxsel._src.search import corag_search
+from jaxsel._src.types import NO_ITEM
+
+Array = jax.Array
+
+MIN_BUCKET = 8
+
+
+def bucket(n: int, *, per_octave: int = 4, minimum: int = MIN_BUCKET) -> int:
+  """The padded size of `n`: `minimum`, then `per_octave` steps per doubling (8, 10, 12, 14,
+  16, 20, 24, 28, 32, 40, ...), so padding adds at most a quarter."""
+  size = minimum
+  while size < n:
+    step = max(1, (1 << (size.bit_length() - 1)) // per_octave)
+    size += step
+  return size
+
+
+def query_bucket(q: int) -> int:
+  """Queries are few: the next power of two."""
+  return 1 << max(0, (max(q, 1) - 1).bit_length())
+
+
+class Inputs(NamedTuple):
+  """One request, padded (`[B]` leading axis for `select_many`)."""
+  query: Array  # [Q, D] query embeddings (zero rows on padding)
+  query_valid: Array  # [Q] bool
+  passages: Array  # [N, D] passage embeddings (asymmetric prompt)
+  symmetric: Array  # [N, D] symmetric embeddings (similarity)
+  costs: Array  # [N] float32 tokens
+  valid: Array  # [N] bool
+  links: Array  # [N, N] title links
+  mentioned: Array  # [N] titles the queries name
+
+
+class Settings(NamedTuple):
+  """Numbers that may change per request without recompiling."""
+  budget: Array  # [] tokens (ignored when the request has none)
+  min_gain: Array  # [] (ignored when None)
+  discount: Array  # []
+  exploration: Array  # []
+  cost_penalty: Array  # []
+  diversity: Array  # []
+
+
+class Output(NamedTuple):
+  order: Array  # [K] int32 picks in order, NO_ITEM after the last
+  gains: Array  # [K] marginal gain (or scorer increment) of each pick
+  curve: Array  # [K] objective (or scorer) value after each pick
+  count: Array  # [] int32 picks
+  relevance: Array  # [Q, N] r_qj
+  nonfinite: Array  # [] bool: the CORAG scorer gave a NaN or infinite value
+
+
+def _prefix_values(scorer, order: Array):
+  """Scorer values after each prefix of `order` `[T]` (the curve) and their increments."""
+  t = order.shape[0]
+  prefixes = jnp.where(jnp.arange(t)[None, :] < jnp.arange(1, t + 1)[:, None], order[None, :], NO_ITEM)
+  values = jax.vmap(scorer)(jnp.concatenate([jnp.full((1, t), NO_ITEM, jnp.int32), prefixes]))
+  values = values.astype(jnp.float32)
+  return values[1:], jnp.diff(values)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "method", "k", "depth", "greedy_method", "scorer", "iterations", "nonneg", "dense", "backend",
+    "use_budget", "use_min_gain"))
+def solve(inputs: Inputs, settings: Settings, *, method: str, k: int, depth: int,
+          greedy_method: str, scorer, iterations: int, nonneg: str, dense: bool, backend: str,
+          use_budget: bool, use_min_gain: bool) -> Output:
+  """Picks for one padded request (see the module docstring); `jax.vmap` it for a batch."""
+  req = methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
+                        links=inputs.links, mentioned=inputs.mentioned, valid=inputs.valid,
+                        query_valid=inputs.query_valid, nonneg=nonneg, dense=dense)
+  no = jnp.zeros((), bool)
+  if method in methods.SUBMODULAR:
+    obj = methods.objective(method, req, nonneg=nonneg, backend=backend)
+    sel = greedy(obj, k=k, costs=req.costs if use_budget else None,
+                 budget=settings.budget if use_budget else None,
+                 min_gain=settings.min_gain if use_min_gain else None, method=greedy_method,
+                 key=jax.random.key(0) if greedy_method == "stochastic" else None)
+    return Output(sel.indices, sel.gains.astype(jnp.float32), sel.values.astype(jnp.float32),
+                  sel.count, req.relevance, no)
+  total = settings.budget if use_budget else jnp.sum(req.costs)
+  rel = methods.best_relevance(req)
+  if method == "naive":
+    sc = methods.scorer("relevance", req, discount=1.0)  # curve: total relevance
+    res = naive_rag(sc, req.costs, budget=total, max_depth=depth, relevance=rel, valid=req.valid)
+  elif method == "mmr":
+    sc = methods.scorer("facility_location", req, discount=1.0)  # curve: f(S)
+    res = mmr(sc, req.costs, budget=total, similarity=req.similarity, diversity=settings.diversity,
+              max_depth=depth, relevance=rel, valid=req.valid)
+  else:
+    sc = methods.scorer(scorer, req, discount=settings.discount)
+    res = corag_search(sc, req.costs, budget=total, iterations=iterations,
+                       exploration=settings.exploration, cost_penalty=settings.cost_penalty,
+                       max_depth=depth, valid=req.valid)
+  curve, gains = _prefix_values(sc, res.order)
+  nonfinite = no if res.tree is None else res.tree.nonfinite
+  return Output(res.order, gains, curve, res.length, req.relevance, nonfinite)
+
+
+def pad_inputs(q_emb: Optional[np.ndarray], p_emb: np.ndarray, s_emb: np.ndarray,
+               costs: np.ndarray, links: Optional[np.ndarray], mentioned: Optional[np.ndarray],
+               *, n: int, q: int) -> Inputs:
+  """One request's arrays padded to `n` candidates and `q` queries (host side)."""
+  m, d = p_emb.shape
+  nq = 0 if q_emb is None else q_emb.shape[0]
+
+  def pad(x, shape, dtype):
+    out = np.zeros(shape, dtype)
+    if x is not None:
+      out[tuple(slice(0, s) for s in x.shape)] = x
+    return out
+
+  return Inputs(
+      query=pad(q_emb, (q, d), np.float32), query_valid=np.arange(q) < nq,
+      passages=pad(p_emb, (n, d), np.float32), symmetric=pad(s_emb, (n, d), np.float32),
+      costs=pad(costs, (n,), np.float32), valid=np.arange(n) < m,
+      links=pad(links, (n, n), np.float32), mentioned=pad(mentioned, (n,), np.float32))

@@ -1,0 +1,121 @@
+"""The contracts between jaxsel's layers, written down: what an objective, a scorer and an
+encoder must provide, the results they produce, and the one sentinel for "no item".
+
+Shape legend: N candidates, K picks, T positions of an order, D embedding dimension.
+
+The Protocol classes are what the algorithms are written against: `greedy` calls only the
+`Objective` members, the search only calls a scorer, the Pipeline only the `Encoder` members.
+`tests/contracts/` runs the same assertions against every real class and every test double,
+so a stand-in can no longer implement a different contract than the real thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
+
+import jax
+
+Array = jax.Array
+
+NO_ITEM = -1  # an empty slot: in a greedy `Selection`, a search order, a tree's parent/chunk
+
+BACKENDS = ("auto", "native", "xla")
+
+
+class Selection(NamedTuple):
+  """Result of greedy selection. With a batch, every field has a leading `[B]` axis."""
+  indices: Array  # [K] int32 picks in order, NO_ITEM (-1) after the last
+  gains: Array  # [K] marginal gain of each pick, 0 after the last
+  values: Array  # [K] f after each pick (the saturation curve), flat after the last
+  count: Array  # [] int32 number of picks
+  cost: Array  # [] total cost of the picks (0 without costs)
+
+
+class SearchResult(NamedTuple):
+  """An ordered combination (from the search or a baseline); `[B]` leading axis under `vmap`."""
+  order: Array  # [T] int32 chunks in reading order, NO_ITEM (-1) after the last
+  length: Array  # [] int32 number of chunks
+  value: Array  # [] float32 the scorer's value of `order`
+  cost: Array  # [] float32 total cost of `order` (never above the budget)
+  utility: Array  # [] float32 tree utility U of the answer node (baselines: `value`)
+  tree: Any  # the search `Tree`; None for baselines
+
+
+@runtime_checkable
+class Objective(Protocol):
+  """A monotone submodular set function with an incremental state, as `greedy` uses it.
+
+  Every jaxsel objective is a frozen pytree (array fields are leaves), so it passes through
+  `jit` and `vmap`; a batch is the same class with a leading axis on every leaf.
+
+  Subclass it to write your own objective: the two optional members below then have their
+  defaults (no kernel, no backend).
+  """
+
+  valid: Array  # [N] bool: candidates that may be picked (and items that count)
+
+  # Field name -> axis of that field that runs over candidates (None: replicated, item side).
+  # `candidate_sharded_greedy` splits exactly these axes over the devices.
+  candidate_axes: ClassVar[Mapping[str, Optional[int]]]
+
+  @property
+  def num_candidates(self) -> int:
+    """N."""
+
+  def init(self) -> Any:
+    """The state of the empty set."""
+
+  def gains(self, state: Any, idx: Optional[Array] = None) -> Array:
+    """Marginal gains `f(S + j) - f(S)`: `[N]`, or `[M]` for the candidates `idx` `[M]`."""
+
+  def update(self, state: Any, j: Array) -> Any:
+    """The state after adding candidate `j`."""
+
+  def state_value(self, state: Any) -> Array:
+    """`f(S)` of a state, `[]`."""
+
+  def value(self, selected: Array) -> Array:
+    """`f` of any bool mask `[N]` (invalid candidates ignored), `[]`."""
+
+  def with_backend(self, backend: str) -> "Objective":
+    """The objective with its gain computations on `backend` (one of `BACKENDS`)."""
+    return self
+
+  def fused_greedy(self, costs: Optional[Array], budget: Optional[Array],
+                   min_gain: Optional[Array], *, k: int, lazy: bool,
+                   ratio: bool) -> Optional[Selection]:
+    """A whole greedy run in one fused kernel, or None where there is none (the default):
+    `greedy` then runs its own loop over `gains` / `update`. Same rules and picks as that loop."""
+    return None
+
+
+@runtime_checkable
+class Scorer(Protocol):
+  """Any callable `scorer(order [T] int32, -1 padded) -> value []` scores ordered chunk
+  combinations for the CORAG search and the baselines. A pytree scorer's array leaves are
+  traced (per-query data under `vmap`); other leaves (a plain function, a closure) are static.
+
+  Optional: `num_candidates` (N, checked against the costs) and `append_gains(order) -> [N]`
+  (`scorer(order + [j]) - scorer(order)` for every j, or None), which lets the search score a
+  node's N children in one O(T·N) call instead of N full calls.
+  """
+
+  def __call__(self, order: Array) -> Array:
+    ...
+
+
+class Encoder(Protocol):
+  """What the Pipeline needs of a text encoder (`jaxsel.load_encoder` returns one)."""
+
+  tokenizer: Any  # a Hugging Face tokenizer: token costs and splitting use it
+  prompts: Mapping[str, str]  # prompt name -> prefix text ("query", "passage", ...)
+
+  @property
+  def dim(self) -> int:
+    """D, the embedding dimension."""
+
+  def encode(self, texts: Sequence[str], *, prompt_name: Optional[str] = None,
+             normalize: bool = True, batch_size: int = 32,
+             progress: Optional[bool] = None) -> Array:
+    """`[N, D]` embeddings of `texts`, each prefixed with `prompts[prompt_name]` (no prefix
+    for None); L2-normalised when `normalize`."""

@@ -1,0 +1,52 @@
+"""Builds jaxsel's native CPU kernels (`jaxsel/_src/native/csrc/*.cc`, XLA FFI handlers) when
+the package is installed (`pip install .` or `pip install -e .`).
+
+One shared library per x86-64 instruction-set level (`x86-64-v4`: AVX-512; `x86-64-v3`:
+AVX2/FMA; a baseline), so a wheel runs on any CPU of its architecture and each CPU gets the
+best code it can run (`jaxsel._src.native` picks at import); other architectures build the
+baseline only. The FFI headers come from jaxlib (a build requirement). Every library is an
+optional extension: without a C++ compiler the install still succeeds, and jaxsel runs its
+XLA path and says so once.
+"""
+
+import os
+import platform
+
+from setuptools import Extension, setup
+
+CSRC = os.path.join("jaxsel", "_src", "native", "csrc")
+SOURCES = [os.path.join(CSRC, name) for name in ("greedy.cc", "attention.cc")]
+FLAGS = ["-O3", "-std=c++17", "-fopenmp-simd", "-fno-math-errno"]
+
+
+def ffi_include_dir():
+  """jaxlib's headers (`xla/ffi/api/ffi.h`); None when jaxlib is not importable here."""
+  try:
+    import jaxlib
+  except ImportError:
+    return None
+  folder = os.path.join(os.path.dirname(jaxlib.__file__), "include")
+  return folder if os.path.isfile(os.path.join(folder, "xla", "ffi", "api", "ffi.h")) else None
+
+
+def variants():
+  if platform.machine().lower() in ("x86_64", "amd64"):
+    return {"x86_64_v4": ["-march=x86-64-v4", "-mtune=generic"],
+            "x86_64_v3": ["-march=x86-64-v3", "-mtune=generic"],
+            "generic": []}
+  return {"generic": []}
+
+
+def extensions():
+  include = ffi_include_dir()
+  if include is None:
+    print("jaxsel: jaxlib's FFI headers not found; the native kernels are not built "
+          "(jaxsel uses its XLA path).")
+    return []
+  return [Extension(f"jaxsel._src.native._kernels_{name}", sources=SOURCES,
+                    include_dirs=[CSRC, include], extra_compile_args=FLAGS + march,
+                    depends=[os.path.join(CSRC, "parallel.h")], language="c++", optional=True)
+          for name, march in variants().items()]
+
+
+setup(ext_modules=extensions())
