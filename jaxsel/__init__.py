@@ -31,7 +31,9 @@ from jaxsel._src.index import SearchHits, VectorIndex
 from jaxsel._src.methods import Request
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.pipeline import Pipeline, available_methods, available_scorers
-from jaxsel._src.pipeline.result import SelectionResult
+from jaxsel._src.pipeline.result import Answer, SelectionResult
+from jaxsel._src.generation import Generator, OpenAIGenerator, TransformersGenerator, load_generator
+from jaxsel._src.answer_metrics import answer_scores
 from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
 from jaxsel._src.agent.train import TrainConfig, train_agent
 from jaxsel import testing
@@ -99,6 +101,13 @@ __all__ = [
     "split_documents",
     "split_text",
     "token_costs",
+    # the answer step
+    "Answer",
+    "Generator",
+    "OpenAIGenerator",
+    "TransformersGenerator",
+    "answer_scores",
+    "load_generator",
     # configuration agent
     "AgentConfig",
     "ConfigAgent",

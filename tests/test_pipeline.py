@@ -328,3 +328,52 @@ def test_a_nonfinite_corag_scorer_is_an_error(enc):
     return lambda order: jnp.sum(order) * jnp.nan
   with pytest.raises(ValueError, match="NaN or infinite"):
     Pipeline(enc, method="corag", corag_scorer=broken, max_tokens=80).select(Q0, [SMALL], budget=150)
+
+
+class EchoGenerator:
+  """A test double of `jaxsel.Generator` (the real ones are tested in test_generation.py and
+  by the contract tests): answers with the prompt's last context line."""
+  name = "echo"
+
+  def __init__(self):
+    self.prompts = []
+
+  def generate(self, prompts, *, max_new_tokens=64):
+    self.prompts += list(prompts)
+    return [p.split("Question:")[0].strip().splitlines()[-1][:max_new_tokens] for p in prompts]
+
+
+def test_answer_selects_then_generates(enc):
+  gen = EchoGenerator()
+  pipe = Pipeline(enc, max_tokens=80, generator=gen)
+  ans = pipe.answer(Q0, [SMALL], budget=150, max_new_tokens=20)
+  sel = pipe.select(Q0, [SMALL], budget=150)
+  np.testing.assert_array_equal(ans.selection.indices, sel.indices)
+  assert gen.prompts == [sel.prompt(order="document")] == [ans.prompt]
+  assert ans.text == str(ans) and len(ans.text) <= 20 and ans.generator == "echo"
+  assert set(ans.timings) == {"select", "generate"}
+  with pytest.raises(TypeError, match="one question"):
+    pipe.answer([Q0, Q0], [SMALL])
+  with pytest.raises(TypeError, match="generate"):
+    Pipeline(enc, generator=object())
+
+
+def test_precomputed_embeddings_are_not_embedded_again(enc):
+  """A framework's nodes come with embeddings: `select(..., embeddings=...)` uses them as given
+  and equals the pipeline's own run on the same vectors."""
+  passages = split(enc, [SMALL])
+  e = np.asarray(enc.encode([p.text for p in passages], prompt_name="passage"))
+  q = np.asarray(enc.encode([Q0], prompt_name="query"))
+  own = Pipeline(enc, max_tokens=80).select(Q0, passages, budget=150)
+  calls = len(enc.calls)
+  given = Pipeline(enc, max_tokens=80).select(Q0, passages, budget=150, embeddings=e,
+                                              query_embeddings=q)
+  assert len(enc.calls) == calls  # nothing embedded
+  np.testing.assert_array_equal(given.indices, own.indices)
+  texts = [p.text for p in passages]
+  as_text = Pipeline(enc, max_tokens=80).select(Q0, texts, budget=150, embeddings=e, query_embeddings=q)
+  assert [p.text for p in as_text.passages] == [p.text for p in own.passages]
+  with pytest.raises(ValueError, match=r"`embeddings` must be \[N, D\]"):
+    Pipeline(enc).select(Q0, passages, budget=150, embeddings=e[:3])
+  with pytest.raises(ValueError, match=r"`query_embeddings` must be \[Q, D\]"):
+    Pipeline(enc).select(Q0, passages, budget=150, embeddings=e, query_embeddings=q[:, :5])

@@ -21,6 +21,8 @@ import re
 import string
 from typing import Sequence, Union
 
+from rouge_score import rouge_scorer
+
 from jaxsel._src import checks
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -85,7 +87,6 @@ _SCORERS = {}
 
 def _scorer(use_stemmer: bool):
   if use_stemmer not in _SCORERS:
-    from rouge_score import rouge_scorer
     _SCORERS[use_stemmer] = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
   return _SCORERS[use_stemmer]
 

@@ -10,7 +10,7 @@ greedy by default, so the same prompts give the same answers. Two back ends:
 * `OpenAIGenerator`: an OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp server,
   Ollama, hosted APIs), one request per prompt over the standard library's `urllib`.
 
-Plain Python, outside jit. PyTorch and `transformers` are imported only when a local model loads.
+Plain Python, outside jit. PyTorch (optional) is imported only when a local model runs.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import socket
 import urllib.error
 import urllib.request
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+
+import transformers
 
 from jaxsel._src import checks
 
@@ -158,8 +160,7 @@ class TransformersGenerator:
             "context budget) or lower max_new_tokens.")
 
   def _generate_batch(self, ids: list, max_new_tokens: int) -> list[str]:
-    import torch
-    import transformers
+    import torch  # optional (the local back end only): imported where that back end runs
 
     width = max(len(row) for row in ids)
     # Left padding: every row's last prompt token sits in the last column, where decoding goes on.
@@ -259,7 +260,6 @@ def load_generator(name_or_path=None, *, from_gguf=None, system: Optional[str] =
   if gguf_file is not None:
     for module in ("gguf", "accelerate"):
       _require(module, "loading a GGUF file", 'python -m pip install "jaxsel[llm]"')
-  import transformers
 
   settings = dict(local_files_only=offline)
   if gguf_file is not None:

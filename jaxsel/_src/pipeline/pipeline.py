@@ -23,6 +23,7 @@ import collections
 import copy
 import dataclasses
 import math
+import time
 from typing import Optional, Sequence
 
 import jax
@@ -36,7 +37,8 @@ from jaxsel._src.index import VectorIndex
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG
 from jaxsel._src.pipeline import solve as solve_lib
 from jaxsel._src.pipeline.config import PipelineConfig
-from jaxsel._src.pipeline.result import SelectionResult
+from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, Generator, default_generator
+from jaxsel._src.pipeline.result import Answer, SelectionResult
 from jaxsel._src.types import Encoder
 
 
@@ -85,12 +87,15 @@ class Pipeline:
     method: one of `available_methods()` (see `PipelineConfig`).
     agent: a trained `jaxsel.ConfigAgent`: it predicts the CORAG scorer and search settings
       per request from the query embedding (the mean over the queries).
+    generator: what `answer` asks (`jaxsel.load_generator(...)`, or an `OpenAIGenerator`);
+      default: the offline SmolLM2-135M-Instruct, loaded at the first `answer`.
     config: a `PipelineConfig`; keyword `settings` (the same names) override its fields.
   """
 
   def __init__(self, encoder: Encoder, index: Optional[VectorIndex] = None,
                method: Optional[str] = None, *, agent: Optional[ConfigAgent] = None,
-               config: Optional[PipelineConfig] = None, **settings):
+               generator: Optional[Generator] = None, config: Optional[PipelineConfig] = None,
+               **settings):
     if encoder is None or not callable(getattr(encoder, "encode", None)):
       raise TypeError("`encoder` must have an `encode(texts, ...)` method, e.g. "
                       "`jaxsel.load_encoder(name_or_path)`.")
@@ -99,11 +104,15 @@ class Pipeline:
     if agent is not None and not isinstance(agent, ConfigAgent):
       raise TypeError(f"`agent` must be a jaxsel ConfigAgent (`jaxsel.load_agent`), got "
                       f"{type(agent).__name__}.")
+    if generator is not None and not isinstance(generator, Generator):
+      raise TypeError(f"`generator` must have `generate(prompts, *, max_new_tokens)` and `name` "
+                      f"(`jaxsel.load_generator`), got {type(generator).__name__}.")
     if method is not None:
       settings["method"] = method
     self.encoder = encoder
     self.index = index
     self.agent = agent
+    self.generator = generator
     self.config = (config or PipelineConfig()).replace(**settings)
     self._cache = collections.OrderedDict()  # (prompt prefix, texts) -> embeddings
 
@@ -116,9 +125,9 @@ class Pipeline:
   def replace(self, **changes) -> "Pipeline":
     """A copy with some settings changed (e.g. `method=`), sharing the encoder, the index
     and the embedding cache, so comparing methods embeds the texts once. `encoder=`,
-    `index=` and `agent=` replace those."""
+    `index=`, `agent=` and `generator=` replace those."""
     new = copy.copy(self)
-    for name in ("encoder", "index", "agent"):
+    for name in ("encoder", "index", "agent", "generator"):
       if name in changes:
         setattr(new, name, changes.pop(name))
     new.config = self.config.replace(**changes)
@@ -192,8 +201,10 @@ class Pipeline:
     return index
 
   # -- candidates ------------------------------------------------------------------------------
-  def _candidates(self, queries, source):
+  def _candidates(self, queries, source, embeddings=None):
     """-> (passages, passage embeddings, symmetric embeddings, documents or None)."""
+    if embeddings is not None:
+      return self._given(source, embeddings)
     if source is None:
       source = self.index
     if source is None:
@@ -215,6 +226,30 @@ class Pipeline:
       raise ValueError("The documents contain no text (only whitespace).")
     e, s = self._passage_embeddings([p.text for p in passages])
     return passages, e, s, docs
+
+  def _given(self, source, embeddings):
+    """Candidates the caller has already embedded (a framework's nodes): `Passage`s or texts
+    (one passage each, costed with this pipeline's tokenizer) and their `[N, D]` embeddings,
+    used for relevance and similarity alike."""
+    if isinstance(source, (str, VectorIndex)) or source is None:
+      raise TypeError("`embeddings` go with a list of passages (`Passage`s or strings), one row each.")
+    source = list(source)
+    if not source:
+      raise ValueError("`documents_or_index` is empty: give at least one passage.")
+    if all(isinstance(p, text_lib.Passage) for p in source):
+      passages = source
+    else:
+      texts = checks.check_texts(source, "documents_or_index")
+      costs = text_lib.token_costs(texts, self.tokenizer)
+      passages = [text_lib.Passage(t, 0, len(t), doc=i, tokens=int(c))
+                  for i, (t, c) in enumerate(zip(texts, costs))]
+    e = checks.as_float_array(embeddings, "embeddings")
+    if e.ndim != 2 or e.shape[0] != len(passages):
+      raise ValueError(f"`embeddings` must be [N, D] with one row per passage (N = {len(passages)}), "
+                       f"got shape {tuple(e.shape)}.")
+    checks.check_finite(e, "embeddings")
+    e = np.asarray(e, np.float32)
+    return passages, e, e, None
 
   def _from_index(self, queries, index: VectorIndex):
     if not len(index):
@@ -267,6 +302,18 @@ class Pipeline:
     if k is not None:
       if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"`k` must be a positive int or None, got {k!r}.")
+
+  def _query_embeddings(self, queries, given, dim: int) -> Optional[np.ndarray]:
+    if given is None:
+      return self.embed(queries, "query") if queries else None
+    q = checks.as_float_array(given, "query_embeddings")
+    if q.ndim == 1:
+      q = q[None]
+    if q.shape != (len(queries), dim):
+      raise ValueError(f"`query_embeddings` must be [Q, D] = [{len(queries)}, {dim}] (one row per "
+                       f"query, the passages' dimension), got shape {tuple(q.shape)}.")
+    checks.check_finite(q, "query_embeddings")
+    return np.asarray(q, np.float32)
 
   def _search_choice(self, q_emb):
     """(scorer name or builder, iterations, exploration, cost_penalty) for this request."""
@@ -332,7 +379,8 @@ class Pipeline:
         candidate_scores=rel, documents=docs)
 
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
-             min_gain: Optional[float] = None) -> SelectionResult:
+             min_gain: Optional[float] = None, embeddings=None,
+             query_embeddings=None) -> SelectionResult:
     """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
 
     Args:
@@ -344,14 +392,18 @@ class Pipeline:
       k: most picks (default: as many as fit).
       min_gain: stop when the next pick's marginal gain falls below this; default the
         pipeline's `min_gain`. Not applied to ``"corag"``, whose order is searched as a whole.
+      embeddings: `[N, D]` embeddings the caller already has for `documents_or_index` (a list
+        of `Passage`s, or strings taken as one passage each): nothing is embedded again
+        (what the framework adapters pass). They serve relevance and similarity alike.
+      query_embeddings: `[Q, D]` embeddings of `queries`, likewise.
     """
     queries = _as_queries(queries)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     self._check_queries(queries)  # before any embedding
-    passages, emb, sym, docs = self._candidates(queries, documents_or_index)
+    passages, emb, sym, docs = self._candidates(queries, documents_or_index, embeddings)
     costs = np.asarray([p.tokens for p in passages], np.float32)
     self._check(budget, k, costs, len(passages))
-    q_emb = self.embed(queries, "query") if queries else None
+    q_emb = self._query_embeddings(queries, query_embeddings, emb.shape[1])
     scorer, iterations, exploration, cost_penalty = self._search_choice(q_emb)
     links, mentioned = self._title_features(scorer, queries, passages)
     out = self._solve(q_emb, emb, sym, costs, links, mentioned, budget=budget, k=k,
@@ -421,3 +473,33 @@ class Pipeline:
       results.append(self._result(q, ps, one, q=len(q), n=len(ps), budget=budget, k=k,
                                   min_gain=min_gain, docs=docs))
     return results
+
+  # -- answering -------------------------------------------------------------------------------
+  def answer(self, query: str, documents_or_index=None, *, budget=256, template=None,
+             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, order: str = "document",
+             **select_kwargs) -> Answer:
+    """Selects the context for `query` (as `select` does) and asks the generator.
+
+    Args:
+      query: the question (one string).
+      documents_or_index, budget, **select_kwargs: as in `select`.
+      template: the prompt, with `{context}` and `{query}` (default `SelectionResult.prompt`'s).
+      max_new_tokens: the longest answer, in the generator's tokens.
+      order: the context's order in the prompt: ``"document"`` (reading order, the default) or
+        ``"selection"`` (most valuable first).
+
+    Returns:
+      `Answer(text, selection, prompt, generator, timings)`.
+    """
+    if not isinstance(query, str):
+      raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
+    t0 = time.perf_counter()
+    selection = self.select(query, documents_or_index, budget=budget, **select_kwargs)
+    prompt = selection.prompt(template, order=order)
+    t1 = time.perf_counter()
+    if self.generator is None:
+      self.generator = default_generator()
+    text = self.generator.generate([prompt], max_new_tokens=max_new_tokens)[0]
+    t2 = time.perf_counter()
+    return Answer(text=text, selection=selection, prompt=prompt, generator=self.generator.name,
+                  timings={"select": t1 - t0, "generate": t2 - t1})

@@ -136,3 +136,16 @@ class SelectionResult:
     if path is not None:
       fig.savefig(path, dpi=120)
     return fig
+
+
+@dataclasses.dataclass
+class Answer:
+  """What `Pipeline.answer` returns: the generated answer and how it was made."""
+  text: str  # the generator's answer (stripped)
+  selection: SelectionResult  # the context, as `select` returns it
+  prompt: str  # what the generator was given
+  generator: str  # the generator's name
+  timings: dict  # seconds: {"select": ..., "generate": ...}
+
+  def __str__(self) -> str:
+    return self.text
