@@ -12,7 +12,7 @@ import pytest
 import jaxsel
 import reference as ref
 from jaxsel._src import greedy as greedy_lib
-from test_objectives import KINDS, _instance, _make
+from instances import KINDS, _instance, _make
 
 E = 1 - 1 / math.e
 # "lazy" on at most 256 candidates takes dense steps unless `block` is given; "lazy-rounds"

@@ -353,7 +353,7 @@ def test_multihost_example_two_processes():
   with socket.socket() as sock:
     sock.bind(("localhost", 0))
     port = sock.getsockname()[1]
-  script = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "multihost.py")
+  script = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "examples", "multihost.py")
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
   procs = [subprocess.Popen(

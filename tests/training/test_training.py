@@ -13,7 +13,7 @@ from training import qa
 from training import qa_eval
 from jaxsel._src.agent.model import load_agent
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = os.path.join(ROOT, "tests", "data", "hotpotqa_sample.jsonl")
 
 

@@ -22,7 +22,7 @@ from jaxsel._src.index import VectorIndex
 from jaxsel.testing import tiny_bert_config, tiny_encoder
 from jaxsel._src.pipeline.pipeline import Pipeline, SelectionResult, available_methods
 
-DATA = Path(__file__).resolve().parents[1] / "jaxsel" / "data"
+DATA = Path(__file__).resolve().parents[2] / "jaxsel" / "data"
 DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")
 QUESTIONS = [json.loads(l) for l in (DATA / "hotpotqa_questions.jsonl").read_text("utf-8").splitlines()]
 Q0 = QUESTIONS[0]["question_text"]

@@ -19,7 +19,7 @@ import jaxsel
 import reference as ref
 from jaxsel._src import native as _native
 from jaxsel._src.native import greedy as native_greedy
-from test_objectives import _instance
+from instances import _instance
 
 
 def test_kernel_is_built_and_used():

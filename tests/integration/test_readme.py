@@ -15,7 +15,7 @@ from flax import nnx
 import jaxsel
 from jaxsel.cli import DEMO_DOCUMENT
 
-README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+README = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")
 
 
 def blocks() -> list:
