@@ -1,0 +1,228 @@
+"""What the framework adapters share, free of any framework: settings checks, token counting,
+the embedding-reuse rule, and one call to `Pipeline.select` over texts.
+
+Shape legend: N candidates (nodes / documents), D embedding dimension.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import numbers
+import os
+from typing import Any, NamedTuple, Optional, Sequence
+
+import numpy as np
+import transformers
+
+import jaxsel
+
+# The methods that rank candidates for a query (`"coverage"` takes none, so it has no place here).
+METHODS = ("facility_location", "saturated_coverage", "mmr", "corag", "naive")
+ORDERS = ("input", "selection")
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_METHOD = "facility_location"
+# A callable `text -> int` or `text -> tokens`, a Hugging Face tokenizer, or has `.encode(text)`.
+TokenizerLike = Any
+
+
+def require(module: str, framework: str, extra: str) -> None:
+  """Raises an ImportError that names the extra to install when `module` is missing (an adapter
+  calls it before importing its framework)."""
+  try:
+    found = importlib.util.find_spec(module) is not None
+  except ImportError:  # a parent package is missing
+    found = False
+  if not found:
+    raise ImportError(f"jaxsel's {framework} adapter needs {framework} ({module} is not "
+                      f'installed): pip install "jaxsel[{extra}]"')
+
+
+class Pick(NamedTuple):
+  """One selected candidate."""
+  index: int  # position in the input list
+  rank: int  # position in pick order (0: the first pick)
+  score: float  # relevance to the query (cosine, clipped at 0)
+  gain: float  # marginal gain under the method's objective when it was picked
+
+
+# -- settings -------------------------------------------------------------------------------------
+def check_method(method) -> str:
+  if method not in METHODS:
+    raise ValueError(f"Unknown `method` {method!r}; the adapters take one of "
+                     f"{', '.join(map(repr, METHODS))}.")
+  return method
+
+
+def check_order(order) -> str:
+  if order not in ORDERS:
+    raise ValueError(f"Unknown `order` {order!r}; use 'input' (the candidates' own order) or "
+                     "'selection' (pick order, most valuable first).")
+  return order
+
+
+def check_budget(budget):
+  if budget is None:
+    return None
+  if isinstance(budget, bool) or not isinstance(budget, numbers.Real) \
+      or not math.isfinite(budget) or budget < 0:
+    raise ValueError(f"`budget` must be a finite number of tokens >= 0 or None, got {budget!r}.")
+  return budget
+
+
+def check_k(k):
+  if k is None:
+    return None
+  if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+    raise ValueError(f"`k` must be a positive int or None, got {k!r}.")
+  return int(k)
+
+
+def check_settings(*, method, budget, k, order) -> None:
+  check_method(method)
+  check_budget(budget)
+  check_k(k)
+  check_order(order)
+
+
+def resolve_method(method, pipeline) -> str:
+  """`method`, else the given pipeline's, else facility location."""
+  if method is None:
+    method = pipeline.method if isinstance(pipeline, jaxsel.Pipeline) else DEFAULT_METHOD
+  return check_method(method)
+
+
+# -- token counting -------------------------------------------------------------------------------
+def _is_hf_tokenizer(tok) -> bool:
+  return isinstance(tok, transformers.PreTrainedTokenizerBase)
+
+
+def count_tokens(texts: Sequence[str], tokenizer) -> np.ndarray:
+  """`[N]` token counts of `texts` with `tokenizer`: a Hugging Face tokenizer (no special
+  tokens, as `jaxsel.token_costs`), a callable returning an int or a sequence of tokens (e.g.
+  LlamaIndex's `Settings.tokenizer`, tiktoken's `encode`), or an object with `encode`."""
+  texts = list(texts)
+  if tokenizer is None or _is_hf_tokenizer(tokenizer):
+    return jaxsel.token_costs(texts, tokenizer).astype(np.int64)
+  if callable(tokenizer):
+    fn = tokenizer
+  elif callable(getattr(tokenizer, "encode", None)):
+    fn = tokenizer.encode
+  else:
+    raise TypeError("`tokenizer` must be a callable `text -> int` (or `text -> tokens`), a Hugging "
+                    f"Face tokenizer, or have `encode(text)`; got {type(tokenizer).__name__}.")
+  costs = []
+  for i, t in enumerate(texts):
+    n = fn(t)
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+      try:
+        n = len(n)
+      except TypeError:
+        raise TypeError(f"`tokenizer` returned {type(n).__name__} for text {i}; it must return "
+                        "a token count (int) or a sequence of tokens.") from None
+    if n < 0:
+      raise ValueError(f"`tokenizer` returned a negative token count ({n}) for text {i}.")
+    costs.append(int(n))
+  return np.asarray(costs, np.int64)
+
+
+def candidate_costs(pipeline: jaxsel.Pipeline, tokenizer, texts: Sequence[str]) -> np.ndarray:
+  """`[N]` token costs with `tokenizer`, by default the pipeline encoder's tokenizer."""
+  if tokenizer is None:
+    tokenizer = getattr(pipeline.encoder, "tokenizer", None)
+  return count_tokens(texts, tokenizer)
+
+
+# -- embeddings -----------------------------------------------------------------------------------
+def stack_embeddings(vectors: Sequence[Any], what: str) -> Optional[np.ndarray]:
+  """`[N, D]` float32 from one vector per candidate, or None when any candidate has none."""
+  if not vectors or any(v is None for v in vectors):
+    return None
+  rows = []
+  for i, v in enumerate(vectors):
+    row = np.asarray(v, np.float32)
+    if row.ndim != 1 or row.size == 0:
+      raise ValueError(f"The embedding of {what} {i} must be a flat vector, got shape {row.shape}.")
+    if rows and row.shape != rows[0].shape:
+      raise ValueError(f"The {what} embeddings have different sizes ({what} 0: {rows[0].size}, "
+                       f"{what} {i}: {row.size}); they must all come from one embedding model.")
+    rows.append(row)
+  return np.stack(rows)
+
+
+def as_query_embedding(vector, what: str) -> Optional[np.ndarray]:
+  if vector is None:
+    return None
+  q = np.asarray(vector, np.float32)
+  if q.ndim != 1 or q.size == 0:
+    raise ValueError(f"The {what} must be a flat vector, got shape {q.shape}.")
+  return q
+
+
+def check_dimensions(pipeline: jaxsel.Pipeline, emb: np.ndarray, query_emb: Optional[np.ndarray],
+                     *, what: str, query_hint: str) -> None:
+  """Query and candidate embeddings must come from one model: same dimension, and when jaxsel
+  embeds the query, the jaxsel encoder's dimension."""
+  d = emb.shape[1]
+  if query_emb is not None:
+    if query_emb.shape[0] != d:
+      raise ValueError(f"The query embedding has {query_emb.shape[0]} dimensions but the {what} "
+                       f"embeddings have {d}: both must come from the same embedding model.")
+    return
+  enc_dim = getattr(pipeline.encoder, "dim", None)
+  if enc_dim is not None and int(enc_dim) != d:
+    name = getattr(pipeline.encoder, "name", None) or type(pipeline.encoder).__name__
+    raise ValueError(
+        f"The {what}s carry {d}-dimensional embeddings, but the jaxsel encoder ({name}) makes "
+        f"{int(enc_dim)}-dimensional ones and would embed the query: relevance compares a query "
+        f"with passages only within one model. Use a jaxsel encoder of the model that embedded "
+        f"the {what}s, {query_hint}, or set reuse_embeddings=False to embed the {what}s with the "
+        "jaxsel encoder.")
+
+
+# -- the pipeline ---------------------------------------------------------------------------------
+def build_pipeline(pipeline=None, encoder=None) -> jaxsel.Pipeline:
+  """The given `Pipeline`, or one over `encoder` (an `Encoder`, or a model name or folder for
+  `jaxsel.load_encoder`; default all-MiniLM-L6-v2)."""
+  if pipeline is not None:
+    if encoder is not None:
+      raise TypeError("Give `pipeline` or `encoder`, not both (a pipeline has its encoder).")
+    if not isinstance(pipeline, jaxsel.Pipeline):
+      raise TypeError(f"`pipeline` must be a jaxsel.Pipeline, got {type(pipeline).__name__}.")
+    return pipeline
+  if encoder is None:
+    encoder = DEFAULT_MODEL
+  if isinstance(encoder, (str, os.PathLike)):
+    encoder = jaxsel.load_encoder(encoder)
+  return jaxsel.Pipeline(encoder, method=DEFAULT_METHOD)
+
+
+def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str], costs: np.ndarray, *,
+           embeddings: Optional[np.ndarray], query_embedding: Optional[np.ndarray], method: str,
+           budget, k, min_gain, order: str, what: str, query_hint: str):
+  """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
+
+  With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.
+  """
+  check_settings(method=method, budget=budget, k=k, order=order)
+  if not isinstance(query, str) or not query.strip():
+    raise ValueError(f"jaxsel needs a query (a non-empty string) to select {what}s, got {query!r}.")
+  if not len(texts):
+    return [], None
+  if pipeline.method != method:
+    pipeline = pipeline.replace(method=method)  # shares the encoder and the embedding cache
+  passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))
+              for i, (t, c) in enumerate(zip(texts, costs))]
+  q_emb = None
+  if embeddings is not None:
+    check_dimensions(pipeline, embeddings, query_embedding, what=what, query_hint=query_hint)
+    q_emb = None if query_embedding is None else query_embedding[None]
+  result = pipeline.select(query, passages, budget=budget, k=k, min_gain=min_gain,
+                           embeddings=embeddings, query_embeddings=q_emb)
+  scores = np.zeros(len(result.indices)) if result.scores is None else result.scores
+  picks = [Pick(int(i), r, float(s), float(g))
+           for r, (i, s, g) in enumerate(zip(result.indices, scores, result.gains))]
+  if order == "input":
+    picks.sort(key=lambda p: p.index)
+  return picks, result
+

@@ -1,0 +1,144 @@
+"""Haystack: `JaxselRanker`, a ``@component`` that keeps the retrieved documents jaxsel selects
+within a token budget.
+
+    from jaxsel.integrations.haystack import JaxselRanker
+    ranker = JaxselRanker(encoder="sentence-transformers/all-MiniLM-L6-v2", budget=512)
+    pipe.add_component("ranker", ranker)
+    pipe.connect("retriever.documents", "ranker.documents")
+    pipe.run({"retriever": {...}, "ranker": {"query": q}})
+
+Install with ``pip install "jaxsel[haystack]"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Optional
+
+import jaxsel
+from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
+                                        check_settings, require, resolve_method, select_candidates,
+                                        stack_embeddings, TokenizerLike)
+
+require("haystack", "Haystack", "haystack")
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.core.errors import SerializationError
+
+__all__ = ["JaxselRanker"]
+
+
+@component
+class JaxselRanker:
+  """Selects, among the retrieved documents, those that fill a token budget best for the query.
+
+  `run(query, documents)` returns ``{"documents": [...]}``: the selected documents as copies
+  whose `score` is jaxsel's relevance (cosine, clipped at 0) and whose `meta` gains
+  ``"jaxsel_rank"`` (0 for the first pick) and ``"jaxsel_gain"`` (the marginal gain), in their
+  input order (`order="input"`) or in pick order (`order="selection"`). The input documents
+  are not changed.
+
+  Embeddings: when every document has an `embedding` (an embedding retriever with
+  `return_embedding=True` gives them; and `reuse_embeddings`), those are used and no document
+  is embedded again; the query embedding is the `query_embedding` input when connected (a text
+  embedder's output), else jaxsel's encoder embeds the query, which must then be of the model
+  that embedded the documents (a different dimension raises a `ValueError`; one model family
+  is the caller's to ensure). Otherwise the encoder embeds the documents' `content`.
+
+  Args:
+    pipeline: a `jaxsel.Pipeline` to select with.
+    encoder: instead of `pipeline`: a jaxsel encoder or a model name / folder for
+      `jaxsel.load_encoder` (default all-MiniLM-L6-v2), loaded by `warm_up`.
+    budget: most tokens of the selected documents (None: only `k` limits).
+    method: ``"facility_location"`` (default), ``"saturated_coverage"``, ``"mmr"``,
+      ``"corag"`` or ``"naive"``.
+    k: most documents kept.
+    min_gain: stop when a pick adds less (default: the pipeline's, 1e-6).
+    tokenizer: counts `content` tokens: a callable `text -> int` or `text -> tokens`, or a
+      Hugging Face tokenizer; default the encoder's tokenizer.
+    order: ``"input"`` or ``"selection"``.
+    reuse_embeddings: use the documents' own embeddings when they all have one.
+  """
+
+  def __init__(self, pipeline: Optional[jaxsel.Pipeline] = None, *, encoder=None,
+               budget: Optional[float] = None, method: Optional[str] = None,
+               k: Optional[int] = None, min_gain: Optional[float] = None,
+               tokenizer: TokenizerLike = None, order: str = "input",
+               reuse_embeddings: bool = True):
+    method = resolve_method(method, pipeline)
+    check_settings(method=method, budget=budget, k=k, order=order)
+    if pipeline is not None and encoder is not None:
+      raise TypeError("Give `pipeline` or `encoder`, not both (a pipeline has its encoder).")
+    self.encoder = encoder
+    self.budget, self.method, self.k, self.min_gain = budget, method, k, min_gain
+    self.tokenizer, self.order, self.reuse_embeddings = tokenizer, order, reuse_embeddings
+    self._pipeline = None
+    if pipeline is not None or not (encoder is None or isinstance(encoder, (str, os.PathLike))):
+      self._pipeline = build_pipeline(pipeline, encoder)  # nothing to load
+    self._given_pipeline = pipeline is not None
+
+  def warm_up(self) -> None:
+    """Loads the encoder (once)."""
+    if self._pipeline is None:
+      self._pipeline = build_pipeline(None, self.encoder)
+
+  @property
+  def pipeline(self) -> jaxsel.Pipeline:
+    self.warm_up()
+    return self._pipeline
+
+  def to_dict(self) -> dict[str, Any]:
+    if self._given_pipeline or self.tokenizer is not None \
+        or not (self.encoder is None or isinstance(self.encoder, (str, os.PathLike))):
+      raise SerializationError(
+          "JaxselRanker serialises only when built from a model name (`encoder=` a str) without "
+          "a custom `tokenizer`: a Pipeline, an encoder object or a tokenizer are not data.")
+    return default_to_dict(
+        self, encoder=None if self.encoder is None else os.fspath(self.encoder),
+        budget=self.budget, method=self.method, k=self.k, min_gain=self.min_gain,
+        order=self.order, reuse_embeddings=self.reuse_embeddings)
+
+  @classmethod
+  def from_dict(cls, data: dict[str, Any]) -> "JaxselRanker":
+    return default_from_dict(cls, data)
+
+  @component.output_types(documents=list[Document])
+  def run(self, query: str, documents: list[Document], query_embedding: Optional[list[float]] = None,
+          budget: Optional[float] = None, k: Optional[int] = None) -> dict[str, list[Document]]:
+    """Selects among `documents` for `query`.
+
+    Args:
+      query: the query text.
+      documents: the candidates (text documents).
+      query_embedding: the query's embedding by the model that embedded `documents`.
+      budget, k: override the component's settings for this run.
+
+    Returns:
+      ``{"documents": [...]}``: the selected documents (copies), see the class.
+    """
+    documents = list(documents)
+    if not documents:
+      return {"documents": []}
+    missing = [i for i, d in enumerate(documents) if d.content is None]
+    if missing:
+      raise ValueError(f"JaxselRanker selects text documents; document {missing[0]} has no "
+                       "`content`.")
+    pipeline = self.pipeline
+    texts = [d.content for d in documents]
+    costs = candidate_costs(pipeline, self.tokenizer, texts)
+    emb = query_emb = None
+    if self.reuse_embeddings:
+      emb = stack_embeddings([d.embedding for d in documents], "document")
+      query_emb = as_query_embedding(query_embedding, "query_embedding")
+    picks, _ = select_candidates(
+        pipeline, query, texts, costs, embeddings=emb, query_embedding=query_emb,
+        method=self.method, budget=self.budget if budget is None else budget,
+        k=self.k if k is None else k, min_gain=self.min_gain, order=self.order,
+        what="document", query_hint="connect the query's embedding to `query_embedding`")
+    out = []
+    for p in picks:
+      doc = documents[p.index]
+      meta = {**doc.meta, "jaxsel_rank": p.rank, "jaxsel_gain": p.gain}
+      out.append(dataclasses.replace(doc, score=p.score, meta=meta))
+    return {"documents": out}
