@@ -43,6 +43,20 @@ def as_float_array(x, name: str) -> jax.Array:
   return arr
 
 
+def as_host_float32(x, name: str) -> np.ndarray:
+  """`x` as a finite float32 NumPy array, checked on the host (no device copy, nothing compiled:
+  for arrays a caller hands over to be padded and batched, such as precomputed embeddings)."""
+  _reject_non_arrays(x, name)
+  try:
+    arr = np.asarray(x)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"`{name}` must be an array of numbers: {e}") from None
+  _check_number_dtype(arr.dtype, name)
+  arr = arr.astype(np.float32, copy=False)
+  check_finite(arr, name)
+  return arr
+
+
 def host_float_dtype(x: np.ndarray, name: str) -> np.dtype:
   """The float dtype a host (NumPy) array becomes on the device, as `as_float_array` would
   make it (float64 stays float64 only with `jax_enable_x64`), without copying it."""

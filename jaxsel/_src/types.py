@@ -104,6 +104,7 @@ class Scorer(Protocol):
     ...
 
 
+@runtime_checkable
 class Encoder(Protocol):
   """What the Pipeline needs of a text encoder (`jaxsel.load_encoder` returns one)."""
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxsel
+from doubles import EchoGenerator
 from jaxsel._src import baselines, methods
 from jaxsel._src.scorers import basic as scorers
 from jaxsel._src import search
@@ -330,19 +331,6 @@ def test_a_nonfinite_corag_scorer_is_an_error(enc):
     Pipeline(enc, method="corag", corag_scorer=broken, max_tokens=80).select(Q0, [SMALL], budget=150)
 
 
-class EchoGenerator:
-  """A test double of `jaxsel.Generator` (the real ones are tested in test_generation.py and
-  by the contract tests): answers with the prompt's last context line."""
-  name = "echo"
-
-  def __init__(self):
-    self.prompts = []
-
-  def generate(self, prompts, *, max_new_tokens=64):
-    self.prompts += list(prompts)
-    return [p.split("Question:")[0].strip().splitlines()[-1][:max_new_tokens] for p in prompts]
-
-
 def test_answer_selects_then_generates(enc):
   gen = EchoGenerator()
   pipe = Pipeline(enc, max_tokens=80, generator=gen)
@@ -377,3 +365,74 @@ def test_precomputed_embeddings_are_not_embedded_again(enc):
     Pipeline(enc).select(Q0, passages, budget=150, embeddings=e[:3])
   with pytest.raises(ValueError, match=r"`query_embeddings` must be \[Q, D\]"):
     Pipeline(enc).select(Q0, passages, budget=150, embeddings=e, query_embeddings=q[:, :5])
+
+
+class CompileCounter:
+  """Counts XLA compilations (`jax.monitoring`'s backend-compile events) while active."""
+
+  def __init__(self):
+    self.count = 0
+    self.active = False
+    jax.monitoring.register_event_duration_secs_listener(self._on_event)
+
+  def _on_event(self, event, duration, **kwargs):
+    if self.active and event == "/jax/core/compile/backend_compile_duration":
+      self.count += 1
+
+  def __enter__(self):
+    self.count, self.active = 0, True
+    return self
+
+  def __exit__(self, *exc):
+    self.active = False
+
+
+COMPILES = CompileCounter()
+
+
+def test_a_stream_of_requests_compiles_a_handful_of_programs(enc):
+  """50 requests of varying sizes (5-60 candidates, 1-2 queries, all methods) compile one
+  program per (method, shape bucket) and nothing more; the same stream with new numbers
+  compiles nothing at all."""
+  from jaxsel._src.pipeline import solve as solve_lib
+  rng = np.random.default_rng(0)
+  pipe = Pipeline(enc)
+  methods_ = ("facility_location", "saturated_coverage", "mmr", "naive", "corag")
+
+  def stream(seed):
+    r = np.random.default_rng(seed)
+    for i in range(50):
+      n, q = int(r.integers(5, 61)), int(r.integers(1, 3))
+      passages = [text.Passage(f"p{j}", 0, 2, tokens=int(r.integers(5, 40))) for j in range(n)]
+      e = r.normal(size=(n, 32)).astype(np.float32)
+      qe = r.normal(size=(q, 32)).astype(np.float32)
+      yield methods_[i % len(methods_)], passages, e, qe, float(r.integers(60, 200))
+
+  shapes = set()
+  with COMPILES:
+    for method, passages, e, qe, budget in stream(1):
+      res = pipe.replace(method=method).select(["q"] * len(qe), passages, budget=budget,
+                                               embeddings=e, query_embeddings=qe)
+      assert res.cost <= budget
+      shapes.add((method, solve_lib.bucket(len(passages)), solve_lib.query_bucket(len(qe))))
+  first = COMPILES.count
+  assert first <= len(shapes), (first, len(shapes))
+  with COMPILES:
+    for method, passages, e, qe, budget in stream(1):  # same shapes, new values below
+      e2, qe2 = rng.normal(size=e.shape).astype(np.float32), rng.normal(size=qe.shape).astype(np.float32)
+      pipe.replace(method=method).select(["q"] * len(qe), passages, budget=budget + 1,
+                                         embeddings=e2, query_embeddings=qe2)
+  assert COMPILES.count == 0
+
+
+def test_repeat_select_compiles_nothing(enc):
+  """The whole path from documents (splitting, embedding, selection): a repeated request,
+  and a new request whose shapes were seen, compile nothing."""
+  for method in ("facility_location", "mmr", "corag"):
+    pipe = Pipeline(enc, method=method, max_tokens=80)
+    pipe.select(Q0, [SMALL], budget=150)
+    with COMPILES:
+      pipe.select(Q0, [SMALL], budget=150)
+      pipe.select(Q0, [SMALL], budget=120)
+      pipe.replace(cache_size=0).select(Q0, [SMALL], budget=150)  # embeds again: same shapes
+    assert COMPILES.count == 0, method

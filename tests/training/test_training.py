@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pytest
 
+from doubles import HashEncoder
+
 from training import evaluation
 from training import labels
 from training import qa
@@ -31,18 +33,6 @@ def _script(name):
 evaluate_script = _script("evaluate")
 label_queries = _script("label_queries")
 train_script = _script("train_agent")
-
-
-class HashEncoder:
-  """A deterministic stand-in encoder (bag of hashed words) so feature tests need no model."""
-  tokenizer = None
-
-  def encode(self, texts, *, batch_size=32, prompt_name=None, progress=None):
-    out = np.zeros((len(texts), 64), np.float32)
-    for i, t in enumerate(texts):
-      for w in t.lower().split():
-        out[i, hash(w) % 64] += 1.0
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
 @pytest.fixture(scope="module")

@@ -243,12 +243,10 @@ class Pipeline:
       costs = text_lib.token_costs(texts, self.tokenizer)
       passages = [text_lib.Passage(t, 0, len(t), doc=i, tokens=int(c))
                   for i, (t, c) in enumerate(zip(texts, costs))]
-    e = checks.as_float_array(embeddings, "embeddings")
+    e = checks.as_host_float32(embeddings, "embeddings")
     if e.ndim != 2 or e.shape[0] != len(passages):
       raise ValueError(f"`embeddings` must be [N, D] with one row per passage (N = {len(passages)}), "
                        f"got shape {tuple(e.shape)}.")
-    checks.check_finite(e, "embeddings")
-    e = np.asarray(e, np.float32)
     return passages, e, e, None
 
   def _from_index(self, queries, index: VectorIndex):
@@ -306,14 +304,13 @@ class Pipeline:
   def _query_embeddings(self, queries, given, dim: int) -> Optional[np.ndarray]:
     if given is None:
       return self.embed(queries, "query") if queries else None
-    q = checks.as_float_array(given, "query_embeddings")
+    q = checks.as_host_float32(given, "query_embeddings")
     if q.ndim == 1:
       q = q[None]
     if q.shape != (len(queries), dim):
       raise ValueError(f"`query_embeddings` must be [Q, D] = [{len(queries)}, {dim}] (one row per "
                        f"query, the passages' dimension), got shape {tuple(q.shape)}.")
-    checks.check_finite(q, "query_embeddings")
-    return np.asarray(q, np.float32)
+    return q
 
   def _search_choice(self, q_emb):
     """(scorer name or builder, iterations, exploration, cost_penalty) for this request."""
