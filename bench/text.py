@@ -36,7 +36,7 @@ def tokenizers() -> dict:
   try:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoTokenizer
-    from jaxsel._src.encoders import default_encoder_path
+    from jaxsel._src.encoders.loading import default_encoder_path
     path = default_encoder_path()
     if path is not None:
       out["MiniLM"] = AutoTokenizer.from_pretrained(str(path))
