@@ -24,7 +24,8 @@ import numpy as np
 
 from jaxsel._src import checks
 
-UNITS = ("sentence", "passage")
+UNITS = ("sentence", "passage", "word")
+_WORD = re.compile(r"\S+")
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
 # Default token counter when no tokenizer is given: a CJK character, a word, or a symbol.
@@ -259,8 +260,17 @@ def _pack(text: str, pieces: list, spans_of, max_tokens: int, additive: bool) ->
   return out
 
 
+def _words(text: str, spans_of) -> list:
+  """`(start, end, tokens)` of every whitespace-delimited word (punctuation stays with its word,
+  a Markdown heading mark is not a word): whole words, never sub-word pieces."""
+  found = [(m.start(), m.end()) for m in _WORD.finditer(text) if m.group().strip("#")]
+  return [(a, b, len(t)) for (a, b), t in zip(found, spans_of([text[a:b] for a, b in found]))]
+
+
 def _split(text: str, unit: str, max_tokens: Optional[int], spans_of, additive: bool,
            doc: int, source: Optional[str]) -> list:
+  if unit == "word":
+    return _titled(text, _words(text, spans_of), doc, source)
   paragraphs = _paragraph_spans(text)
   if unit == "passage":
     paragraphs = _join_headings(text, paragraphs)
@@ -272,6 +282,11 @@ def _split(text: str, unit: str, max_tokens: Optional[int], spans_of, additive: 
   else:  # a passage never crosses a paragraph
     pieces = [x for _, para in itertools.groupby(costed, key=lambda c: c[3])
               for x in _pack(text, [c[:3] for c in para], spans_of, max_tokens, additive)]
+  return _titled(text, pieces, doc, source)
+
+
+def _titled(text: str, pieces: list, doc: int, source: Optional[str]) -> list:
+  """`Passage`s of `(start, end, tokens)` pieces, each titled by the heading it falls under."""
   headings = _headings(text)
   out, h = [], 0
   for s, e, n in pieces:
@@ -300,10 +315,11 @@ def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] =
 
   Args:
     text: the document.
-    unit: ``"sentence"`` (one candidate per sentence) or ``"passage"`` (consecutive sentences
-      of a paragraph packed up to `max_tokens`).
+    unit: ``"sentence"`` (one candidate per sentence), ``"passage"`` (consecutive sentences
+      of a paragraph packed up to `max_tokens`) or ``"word"`` (every whitespace-delimited word,
+      punctuation included: token-level selection in whole words).
     max_tokens: longest candidate in tokens; longer sentences are cut at token boundaries.
-      Default: none for sentences, 128 for passages.
+      Default: none for sentences, 128 for passages; not used for words.
     tokenizer: as in `token_spans` (a Hugging Face tokenizer, an encoder, or None).
     doc, source: recorded on every passage.
 

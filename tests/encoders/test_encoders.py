@@ -6,6 +6,7 @@ saved with `save_pretrained` and loaded back through jaxsel's public loaders.
 """
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -395,9 +396,54 @@ def test_late_chunking_errors(tiny):
       tiny.encode_chunks(text, bad)
   with pytest.raises(ValueError, match="no token"):
     tiny.encode_chunks("ab" + " " * 5, [(3, 6)])
+  # Past the model's length the text goes through windows; a span longer than a window cannot.
   long = " ".join(["word"] * 40)
-  with pytest.raises(ValueError, match="max_length"):
-    tiny.encode_chunks(long, [(len(long) - 4, len(long))])
+  with pytest.raises(ValueError, match="more than the .* text tokens of one window"):
+    tiny.encode_chunks(long, [(0, len(long))])
+  with pytest.raises(ValueError, match="`overlap`"):
+    tiny.encode_chunks(long, [(0, 4)], overlap=1000)
+
+
+def _manual_pool(enc, window: str, span, prefix: str = ""):
+  """Mean of the window's token vectors over `span` (window coordinates), from `encode(...,
+  output="tokens")` and the tokenizer's own offsets: the late-chunking definition restated."""
+  offs = np.asarray(enc.tokenizer([prefix + window], return_offsets_mapping=True)["offset_mapping"][0])
+  offs = offs - len(prefix)
+  tok = np.asarray(enc.encode([window], prompt=prefix, output="tokens", normalize=False).embeddings[0])
+  inside = [j for j, (s, e) in enumerate(offs) if e > s and s >= 0 and s < span[1] and e > span[0]]
+  v = tok[inside].mean(0)
+  return v / np.linalg.norm(v)
+
+
+@pytest.mark.parametrize("prefix", ["", "q: "])
+def test_late_chunking_of_a_text_longer_than_the_model(tiny, prefix):
+  """Windows of `max_length` tokens: each span is pooled from the token states of one window
+  that holds it whole, the way the short path pools (restated here from `encode(output=
+  "tokens")` and the tokenizer's offsets)."""
+  words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+  text = " ".join(words[i % 8] + str(i) for i in range(60))  # ~400 characters, > 64 tokens
+  spans = []
+  for m in re.finditer(r"\S+ \S+", text):  # two-word chunks
+    spans.append(m.span())
+  got = np.asarray(tiny.encode_chunks(text, spans, prompt=prefix))
+  assert got.shape == (len(spans), tiny.dim)
+  offs = np.asarray(tiny.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                                   verbose=False)["offset_mapping"])
+  capacity = tiny.max_length - 2 - len(tiny.tokenizer(prefix, add_special_tokens=False)["input_ids"])
+  assert len(offs) > capacity  # the long path really runs
+  windows = {}
+  for a in range(0, len(offs) - capacity + 1):  # every window of `capacity` tokens
+    cs, ce = int(offs[a, 0]), int(offs[a + capacity - 1, 1])
+    windows[a] = (cs, ce)
+  for row, (s0, s1) in zip(got, spans):
+    matches = [a for a, (cs, ce) in windows.items() if cs <= s0 and s1 <= ce and np.allclose(
+        row, _manual_pool(tiny, text[cs:ce], (s0 - cs, s1 - cs), prefix), atol=1e-4)]
+    assert matches, (s0, s1)
+  # Context reaches across windows: a middle chunk differs from the same words embedded alone.
+  mid = len(spans) // 2
+  alone = np.asarray(tiny.encode_chunks(text[spans[mid][0]:spans[mid][1]], [(0, spans[mid][1] - spans[mid][0])],
+                                        prompt=prefix))[0]
+  assert not np.allclose(alone, got[mid], atol=1e-3)
   with pytest.raises(TypeError, match="text"):
     tiny.encode_chunks(["a list"], [(0, 1)])
 

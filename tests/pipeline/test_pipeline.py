@@ -436,3 +436,50 @@ def test_repeat_select_compiles_nothing(enc):
       pipe.select(Q0, [SMALL], budget=120)
       pipe.replace(cache_size=0).select(Q0, [SMALL], budget=150)  # embeds again: same shapes
     assert COMPILES.count == 0, method
+
+
+def test_late_chunking_embeds_each_document_once(enc):
+  """`late_chunking=True`: every candidate is pooled from its document's token states
+  (`encode_chunks`), in relevance and similarity alike; the index is built the same way."""
+  docs = [SMALL, DOC[2000:3500]]
+  pipe = Pipeline(enc, max_tokens=80, late_chunking=True)
+  res = pipe.select(Q0, docs, budget=150, min_gain=0.0)
+  passages = split(enc, docs)
+  assert res.candidates == passages
+  e = np.zeros((len(passages), enc.dim), np.float32)
+  for d, doc in enumerate(docs):
+    rows = [i for i, p in enumerate(passages) if p.doc == d]
+    e[rows] = np.asarray(enc.encode_chunks(doc, [(passages[i].start, passages[i].end) for i in rows],
+                                           prompt_name="passage"))
+  own = Pipeline(enc, max_tokens=80).select(Q0, passages, budget=150, min_gain=0.0, embeddings=e,
+                                           query_embeddings=enc.encode([Q0], prompt_name="query"))
+  np.testing.assert_array_equal(res.indices, own.indices)
+  np.testing.assert_allclose(res.candidate_scores, own.candidate_scores, atol=1e-6)
+  ix = pipe.build_index(docs)
+  np.testing.assert_allclose(np.asarray(ix.embeddings), e, atol=1e-5)
+  with pytest.raises(TypeError, match="encode_chunks"):
+    Pipeline(HashEncoderForLateChunking(), late_chunking=True)
+
+
+class HashEncoderForLateChunking:
+  """An encoder without `encode_chunks` (late chunking needs token states)."""
+  tokenizer, prompts, dim = None, {"query": "", "passage": ""}, 8
+
+  def encode(self, texts, **kw):
+    return np.ones((len(texts), 8), np.float32) / np.sqrt(8)
+
+
+def test_word_units_select_whole_words(enc):
+  """`unit="word"`: candidates are whole words (never sub-word pieces) with their token costs,
+  pooled from the document's token states; the context reads them in document order."""
+  pipe = Pipeline(enc, unit="word")
+  res = pipe.select(Q0, [SMALL], budget=40)
+  words = text.split_text(SMALL, unit="word", tokenizer=enc.tokenizer)
+  assert res.candidates == words and all(" " not in w.text and w.text for w in words)
+  assert all(SMALL[w.start:w.end] == w.text for w in words)
+  assert 0 < res.cost <= 40 and res.unit == "word"
+  ctx = res.context()
+  in_order = sorted(res.passages, key=lambda p: p.start)
+  pos = 0
+  for w in in_order:  # every picked word appears, in reading order
+    pos = ctx.index(w.text, pos) + len(w.text)

@@ -276,37 +276,84 @@ class SentenceEncoder(TokenizedModel):
 
   def encode_chunks(self, text: str, spans: Sequence[tuple[int, int]], *,
                     prompt: Optional[str] = None, prompt_name: Optional[str] = None,
-                    normalize: bool = True) -> Array:
+                    normalize: bool = True, overlap: Optional[int] = None) -> Array:
     """Late chunking: embeds `text` once and mean-pools its tokens over each span -> `[S, D]`.
 
     `spans` are character spans `(start, end)` of `text` (end exclusive); a token belongs to
-    every span its characters overlap. Each chunk vector thus sees the whole text's context
-    (up to `max_length` tokens: a span past the truncation point raises).
+    every span its characters overlap. Each chunk vector thus sees the text's context around
+    it. A text longer than the model's `max_length` goes through windows of `max_length`
+    tokens (prompt and special tokens included) that overlap by `overlap` text tokens (default:
+    a quarter of a window, and at least the longest span); each span is pooled in the window
+    where it sits most centrally. A span longer than a window is an error.
     """
     if not isinstance(text, str):
       raise TypeError(f"`text` must be a str, got {type(text).__name__}.")
     spans = _check_spans(spans, len(text))
     prefix = self._prefix(prompt, prompt_name)
+    offs = np.asarray(self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                                     verbose=False)
+                      ["offset_mapping"], np.int64).reshape(-1, 2)
+    capacity = (self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
+                - len(self.tokenizer(prefix, add_special_tokens=False)["input_ids"]))
+    if len(offs) <= capacity:
+      return self._pool(text, spans, prefix, normalize)
+    out = [None] * len(spans)
+    for (a, b), members in _windows(offs, spans, capacity, overlap).items():
+      cs, ce = int(offs[a, 0]), int(offs[b - 1, 1])
+      pooled = self._pool(text[cs:ce], [(spans[i][0] - cs, spans[i][1] - cs) for i in members],
+                          prefix, normalize)
+      for row, i in enumerate(members):
+        out[i] = pooled[row]
+    return jnp.stack(out)
+
+  def _pool(self, text: str, spans: list, prefix: str, normalize: bool) -> Array:
+    """Mean of the token states of `prefix + text` over each span (one model call)."""
     enc = self.tokenize([text], prompt=prefix, offsets=True)
-    ids = enc["input_ids"][0]
     offs = np.asarray(enc["offset_mapping"][0], np.int64).reshape(-1, 2) - len(prefix)
-    special = np.asarray(self.tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), bool)
     starts, ends = offs[:, 0], offs[:, 1]
-    real = ~special & (ends > starts) & (starts >= 0)
+    # Tokens of the text: the added [CLS]/[SEP] cover no characters, the prompt's lie before 0
+    # (an unknown character is a real token: [UNK] with its offsets).
+    real = (ends > starts) & (starts >= 0)
     s = np.asarray(spans, np.int64)
     member = real[None] & (starts[None] < s[:, 1:2]) & (ends[None] > s[:, 0:1])  # [S, L]
     empty = np.flatnonzero(~member.any(1))
     if empty.size:
       i = int(empty[0])
       raise ValueError(
-          f"Span {i} {tuple(spans[i])} covers no token of the text as encoded (it is blank "
-          f"or lies past the {self.max_length}-token limit). Drop it, or split the text into "
-          "windows of at most `max_length` tokens and call encode_chunks on each.")
+          f"Span {i} {tuple(spans[i])} covers no token of the text as encoded (it is blank, or "
+          f"lies past the {self.max_length}-token limit of its window).")
     tokens = self.encode([text], prompt=prefix, normalize=False, output="tokens")
     h = np.asarray(tokens.embeddings[0])  # [L, D]
     m = member.astype(np.float32)
     pooled = jnp.asarray((m @ h) / m.sum(1, keepdims=True))
     return l2_normalize(pooled) if normalize else pooled
+
+
+def _windows(offs: np.ndarray, spans: list, capacity: int, overlap: Optional[int]) -> dict:
+  """`{(first token, end token) of a window: [span indices]}`: windows of `capacity` tokens
+  over a text's token offsets `offs` `[T, 2]`, stepping by `capacity - overlap`; each span goes
+  to the window that holds all of its tokens with the widest margin (the first on ties)."""
+  t = len(offs)
+  first = np.searchsorted(offs[:, 1], [a for a, _ in spans], side="right")  # first token ending after a
+  last = np.searchsorted(offs[:, 0], [b for _, b in spans], side="left")  # one past the last starting before b
+  longest = int(np.max(last - first))
+  if longest > capacity:
+    i = int(np.argmax(last - first))
+    raise ValueError(f"Span {i} {tuple(spans[i])} is {longest} tokens, more than the {capacity} "
+                     "text tokens of one window; split it into shorter chunks.")
+  if overlap is None:
+    overlap = max(capacity // 4, longest)
+  if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < capacity:
+    raise ValueError(f"`overlap` must be an int in [0, {capacity}) tokens, got {overlap!r}.")
+  overlap = max(int(overlap), longest)  # every span must fit whole in some window
+  stride = max(1, capacity - overlap)
+  starts = list(range(0, t - capacity, stride)) + [t - capacity]
+  out: dict = {}
+  for i, (f, l) in enumerate(zip(first, last)):
+    fits = [a for a in starts if a <= f and l <= a + capacity]
+    best = max(fits, key=lambda a: (min(f - a, a + capacity - l), -a))
+    out.setdefault((best, best + capacity), []).append(i)
+  return out
 
 
 def _check_spans(spans, n_chars: int) -> list[tuple[int, int]]:

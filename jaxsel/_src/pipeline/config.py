@@ -38,7 +38,11 @@ class PipelineConfig:
       ``"saturated_coverage"`` (each passage needs only as much coverage as it is relevant),
       ``"coverage"`` (text selection, no query), ``"mmr"``, ``"naive"`` (relevance order, fill
       the budget), ``"corag"`` (tree search over ordered combinations).
-    unit, max_tokens: how documents are split (`jaxsel.split_text`).
+    unit, max_tokens: how documents are split (`jaxsel.split_text`): ``"passage"``,
+      ``"sentence"`` or ``"word"`` (token-level selection in whole words; implies late chunking).
+    late_chunking: embed each document once (in windows of the model's length) and pool every
+      candidate from its tokens (`SentenceEncoder.encode_chunks`), so a candidate's vector
+      sees its context; candidates given as `Passage`s or from an index are embedded alone.
     greedy_method: ``"lazy"`` (default), ``"dense"`` or ``"stochastic"`` (see `jaxsel.greedy`).
     nonneg: how cosines become non-negative (`jaxsel.nonnegative`), default ``"clip"``.
     candidates: passages retrieved from an index per query before selecting.
@@ -63,6 +67,7 @@ class PipelineConfig:
   method: str = "facility_location"
   unit: str = "passage"
   max_tokens: Optional[int] = None
+  late_chunking: bool = False
   greedy_method: str = "lazy"
   nonneg: str = "clip"
   candidates: int = 64
@@ -109,8 +114,9 @@ class PipelineConfig:
     if not callable(self.corag_scorer) and self.corag_scorer not in SCORERS:
       raise ValueError(f"Unknown CORAG scorer {self.corag_scorer!r}; use one of "
                        f"{', '.join(map(repr, SCORERS))} or a callable (request) -> scorer.")
-    if not isinstance(self.progress, bool):
-      raise TypeError(f"`progress` must be a bool, got {self.progress!r}.")
+    for name in ("progress", "late_chunking"):
+      if not isinstance(getattr(self, name), bool):
+        raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}.")
     native.check_backend(self.backend)
 
   def replace(self, **changes) -> "PipelineConfig":

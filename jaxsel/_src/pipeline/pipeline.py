@@ -114,7 +114,18 @@ class Pipeline:
     self.agent = agent
     self.generator = generator
     self.config = (config or PipelineConfig()).replace(**settings)
+    self._check_late_chunking()
     self._cache = collections.OrderedDict()  # (prompt prefix, texts) -> embeddings
+
+  @property
+  def late_chunking(self) -> bool:
+    """Whether documents are embedded whole and candidates pooled from their tokens."""
+    return self.config.late_chunking or self.config.unit == "word"
+
+  def _check_late_chunking(self) -> None:
+    if self.late_chunking and not callable(getattr(self.encoder, "encode_chunks", None)):
+      raise TypeError("late chunking (`late_chunking=True` or `unit='word'`) needs an encoder with "
+                      "`encode_chunks(text, spans, ...)`, e.g. `jaxsel.load_encoder(...)`.")
 
   def __getattr__(self, name):  # settings read as attributes: pipe.method, pipe.budget...
     config = self.__dict__.get("config")
@@ -133,6 +144,7 @@ class Pipeline:
     new.config = self.config.replace(**changes)
     if new.encoder is not self.encoder:  # embeddings of another model are not reusable
       new._cache = collections.OrderedDict()
+    new._check_late_chunking()
     return new
 
   # -- embedding -------------------------------------------------------------------------------
@@ -179,6 +191,28 @@ class Pipeline:
       return e, e
     return e, self.embed(texts, "symmetric")
 
+  def _late_chunks(self, documents, passages) -> np.ndarray:
+    """`[N, D]`: each passage pooled from its document's token states (the passage prompt)."""
+    name = self._prompt_name("passage")
+    spans = tuple((p.doc, p.start, p.end) for p in passages)
+    key = ("late chunks", self.encoder.prompts[name] if name else None, tuple(documents), spans)
+    if key in self._cache:
+      self._cache.move_to_end(key)
+      return self._cache[key]
+    out = np.zeros((len(passages), self.encoder.dim), np.float32)
+    by_doc = collections.defaultdict(list)
+    for i, p in enumerate(passages):
+      by_doc[p.doc].append(i)
+    for d, rows in by_doc.items():
+      out[rows] = np.asarray(self.encoder.encode_chunks(
+          documents[d], [(passages[i].start, passages[i].end) for i in rows], prompt_name=name))
+    if self.config.cache_size:
+      out.flags.writeable = False
+      self._cache[key] = out
+      while len(self._cache) > self.config.cache_size:
+        self._cache.popitem(last=False)
+    return out
+
   def split(self, documents, *, sources=None) -> list:
     """Splits documents into candidate `Passage`s with this pipeline's unit and tokenizer."""
     return text_lib.split_documents(documents, unit=self.config.unit,
@@ -192,7 +226,10 @@ class Pipeline:
     passages = self.split(documents, sources=sources)
     if not passages:
       raise ValueError("`documents` contain no text to index.")
-    emb = self.embed([p.text for p in passages], "passage")
+    if self.late_chunking:
+      emb = self._late_chunks(checks.check_texts(documents, "documents"), passages)
+    else:
+      emb = self.embed([p.text for p in passages], "passage")
     if index is None:
       index = VectorIndex(emb.shape[1], info={"unit": self.config.unit,
                                               "max_tokens": self.config.max_tokens, **(info or {})})
@@ -224,6 +261,9 @@ class Pipeline:
       passages, docs = self.split(source), source
     if not passages:
       raise ValueError("The documents contain no text (only whitespace).")
+    if self.late_chunking and docs is not None:
+      e = self._late_chunks(docs, passages)
+      return passages, e, e, docs
     e, s = self._passage_embeddings([p.text for p in passages])
     return passages, e, s, docs
 
@@ -373,7 +413,7 @@ class Pipeline:
         gains=gains.astype(np.float32), curve=curve.astype(np.float32),
         cost=int(sum(p.tokens for p in picked)),
         budget=None if budget is None else float(budget), candidates=passages,
-        candidate_scores=rel, documents=docs)
+        candidate_scores=rel, documents=docs, unit=self.config.unit)
 
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
              min_gain: Optional[float] = None, embeddings=None,

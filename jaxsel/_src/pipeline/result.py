@@ -43,6 +43,7 @@ class SelectionResult:
   candidates: list  # [N] every candidate `Passage`
   candidate_scores: Optional[np.ndarray] = None  # [Q, N] relevance r_qj (non-negative)
   documents: Optional[list] = None  # the source documents, when the pipeline split them
+  unit: str = "passage"  # what a candidate is: "passage", "sentence" or "word"
 
   @property
   def saturation(self) -> int:
@@ -61,11 +62,27 @@ class SelectionResult:
     if order not in ("selection", "document"):
       raise ValueError(f"Unknown `order` {order!r}; use 'selection' or 'document'.")
     ps = list(self.passages)
-    if order == "document":
+    if order == "document" or self.unit == "word":
       ps.sort(key=lambda p: (p.doc, p.start))
+    if self.unit == "word":
+      return self._words(ps)
     if not numbered:
       return "\n\n".join(p.text for p in ps)
     return "\n\n".join(f"[{i + 1}] {p.text}" for i, p in enumerate(ps))
+
+  def _words(self, ps: list) -> str:
+    """Picked words in reading order: neighbours in a document keep the text between them,
+    a gap is marked with an ellipsis."""
+    out = []
+    for prev, p in zip([None] + ps[:-1], ps):
+      if prev is None:
+        out.append(p.text)
+      elif (self.documents is not None and prev.doc == p.doc
+            and not self.documents[p.doc][prev.end:p.start].strip()):
+        out.append(self.documents[p.doc][prev.end:p.start] + p.text)
+      else:
+        out.append(" … " + p.text)
+    return "".join(out)
 
   def prompt(self, template: Optional[str] = None, *, order: str = "selection",
              numbered: bool = True) -> str:
