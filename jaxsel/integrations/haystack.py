@@ -10,8 +10,8 @@ within a token budget.
 Install with ``pip install "jaxsel[haystack]"``.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Haystack reads `run`'s annotations as types to
+# type its sockets, and before 2.31 it did not resolve string annotations.
 import dataclasses
 import os
 from typing import Any, Optional
