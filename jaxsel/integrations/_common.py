@@ -197,9 +197,10 @@ def build_pipeline(pipeline=None, encoder=None) -> jaxsel.Pipeline:
   return jaxsel.Pipeline(encoder, method=DEFAULT_METHOD)
 
 
-def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str], costs: np.ndarray, *,
-           embeddings: Optional[np.ndarray], query_embedding: Optional[np.ndarray], method: str,
-           budget, k, min_gain, order: str, what: str, query_hint: str):
+def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str],
+                      costs: np.ndarray, *, embeddings: Optional[np.ndarray],
+                      query_embedding: Optional[np.ndarray], method: str, budget, k, min_gain,
+                      order: str, what: str, query_hint: str):
   """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
 
   With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.

@@ -104,7 +104,8 @@ class JaxselRanker:
     return default_from_dict(cls, data)
 
   @component.output_types(documents=list[Document])
-  def run(self, query: str, documents: list[Document], query_embedding: Optional[list[float]] = None,
+  def run(self, query: str, documents: list[Document],
+          query_embedding: Optional[list[float]] = None,
           budget: Optional[float] = None, k: Optional[int] = None) -> dict[str, list[Document]]:
     """Selects among `documents` for `query`.
 

@@ -4,8 +4,8 @@ jaxsel selects within a token budget; use it in a `ContextualCompressionRetrieve
     from langchain_classic.retrievers import ContextualCompressionRetriever
     from jaxsel.integrations.langchain import JaxselCompressor
     compressor = JaxselCompressor(encoder="sentence-transformers/all-MiniLM-L6-v2", budget=512)
-    retriever = ContextualCompressionRetriever(base_compressor=compressor,
-                                               base_retriever=store.as_retriever(search_kwargs={"k": 30}))
+    retriever = ContextualCompressionRetriever(
+        base_compressor=compressor, base_retriever=store.as_retriever(search_kwargs={"k": 30}))
 
 Install with ``pip install "jaxsel[langchain]"`` (`ContextualCompressionRetriever` itself is in
 `langchain-classic`).

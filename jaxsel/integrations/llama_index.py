@@ -66,7 +66,8 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
   k: Optional[int] = Field(default=None, description="Most nodes kept.")
   min_gain: Optional[float] = Field(default=None, description="Smallest marginal gain taken.")
   order: str = Field(default="input", description="'input' or 'selection' order of the output.")
-  reuse_embeddings: bool = Field(default=True, description="Use the nodes' embeddings if all have one.")
+  reuse_embeddings: bool = Field(default=True,
+                                 description="Use the nodes' embeddings when all have one.")
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
