@@ -14,14 +14,16 @@ is exact for the graph it is given.
 from __future__ import annotations
 
 import functools
-from typing import ClassVar, NamedTuple, Optional
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, pytree
 from jaxsel._src.numerics import NEGATIVE_FIX, nonnegative
+from jaxsel._src.objectives import ann, knn_exact
 from jaxsel._src.objectives.blocks import (Blocked, check_block, check_nonneg_method,
                                            checked_relevance, map_blocks, unit_embeddings)
 from jaxsel._src.objectives.dense import CoverState, SaturationState
@@ -111,58 +113,130 @@ class KnnSaturatedCoverage(Blocked):
 
 
 
+GRAPH_METHODS = ("exact", "ivf", "hnsw")
+_PROGRESS_MIN_N = 20_000  # builds from here on take seconds: a bar by default
+
+
+def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: str = "clip",
+              block: int = 2048, progress: Optional[bool] = None,
+              options: Optional[Mapping[str, Any]] = None) -> KnnGraph:
+  """The top-`m` cosine neighbours of every candidate.
+
+  Args:
+    embeddings: `[N, D]`, normalised here.
+    m: neighbours per candidate, an int in `[1, N]`.
+    method: ``"exact"`` (default), or an approximate index of faiss (``pip install
+      'jaxsel[ann]'``): ``"ivf"`` (inverted lists over k-means cells, a few cells searched
+      per item) or ``"hnsw"`` (a navigable small-world graph). Objectives built on an
+      approximate graph are exact for that graph; bench/README.md ("Scale") has their recall
+      and the value of their picks against the exact graph's.
+    valid: bool `[N]`; invalid items are never neighbours, invalid candidates have none.
+    nonneg: as in `jaxsel.nonnegative` (``"clip"``, ``"shift"``, ``"square"``), applied
+      before ranking.
+    block: tile side of the exact build: `block × block` tiles on the host, blocks of
+      `block` rows against all N on an accelerator or under `jit`.
+    progress: a tqdm bar over the build; None shows it from N = 20,000 on.
+    options: settings of the approximate index (defaults in `jaxsel._src.objectives.ann`):
+      ``"ivf"``: ``nlist``, ``nprobe``, ``train_size``; ``"hnsw"``: ``M``,
+      ``ef_construction``, ``ef_search``.
+
+  Returns:
+    `KnnGraph(neighbors [N, m] int32, similarities [N, m])`: row j holds its neighbours by
+    non-negative similarity (`nonneg`) descending, ties to the lowest index, so a candidate is
+    its own first neighbour (unless it has duplicates of lower index). Slots beyond the valid
+    items, and every slot of an invalid candidate, hold -1 with similarity 0.
+
+  The exact graph, on CPU with concrete embeddings, multiplies each tile of the upper triangle
+  of `E @ E.T` once with BLAS (half the `O(N²·D)` product) and keeps the entries reaching a
+  row's running top-m threshold (`jaxsel._src.objectives.knn_exact`); on an accelerator or
+  under `jit` it is `lax.top_k` over blocks of rows. Both are the exact top-m of the float32
+  similarities with ties to the lowest index; their values differ by float32 rounding (the
+  products are summed in different orders), so near-ties may order differently.
+  """
+  check_nonneg_method(nonneg)
+  block = check_block(block)
+  if method not in GRAPH_METHODS:
+    raise ValueError(f"Unknown `method` {method!r}; use one of {', '.join(map(repr, GRAPH_METHODS))}.")
+  if options is not None and method == "exact":
+    raise ValueError("`options` set an approximate index; the exact graph takes none.")
+  if progress is not None and not isinstance(progress, bool):
+    raise TypeError(f"`progress` must be True, False or None, got {progress!r}.")
+  traced = not checks.is_concrete(embeddings) or not checks.is_concrete(valid)
+  if traced or (method == "exact" and jax.default_backend() != "cpu"):
+    if method != "exact":
+      raise TypeError(f"`method={method!r}` builds an index on the host: it needs concrete "
+                      "embeddings (call it outside `jit`).")
+    e = unit_embeddings(embeddings)
+    n = e.shape[0]
+    _check_m(m, n)
+    return _knn_graph(e, checks.check_valid(valid, n), m=m, nonneg=nonneg, block=block)
+  e = checks.as_host_float32(embeddings, "embeddings")
+  if e.ndim != 2:
+    unit_embeddings(e)  # raises the shared [N, D] error
+  n = e.shape[0]
+  _check_m(m, n)
+  v = np.asarray(checks.check_valid(valid, n))
+  ann_settings = None if method == "exact" else ann.settings(method, options, int(v.sum()))
+  show = progress if progress is not None else n >= _PROGRESS_MIN_N
+  e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), np.float32(1e-12))
+  ids = np.flatnonzero(v)
+  ev = np.ascontiguousarray(e[ids]) if len(ids) < n else e
+  if method == "exact":
+    index, value = knn_exact.exact_top_m(ev, m, nonneg, tile=block, progress=show)
+  else:
+    index, value = ann.approximate_top_m(ev, m, nonneg, method=method, settings=ann_settings,
+                                         progress=show)
+  neighbors = np.full((n, m), -1, np.int32)
+  similarities = np.zeros((n, m), np.float32)
+  found = index >= 0
+  neighbors[ids] = np.where(found, ids[np.maximum(index, 0)], -1)
+  similarities[ids] = np.where(found, value, 0)
+  return KnnGraph(jnp.asarray(neighbors), jnp.asarray(similarities))
+
+
+def _check_m(m, n: int) -> None:
+  if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= max(n, 1):
+    raise ValueError(f"`m` (neighbours per candidate) must be an int in [1, N={n}], got {m!r}.")
+
+
 def _knn_block(cand, items, item_valid, *, m, nonneg):
   s = nonnegative(jnp.einsum("md,nd->mn", cand, items, precision=lax.Precision.HIGHEST),
                   method=nonneg)
   top, ids = lax.top_k(jnp.where(item_valid[None], s, -jnp.inf), m)
-  return ids.astype(jnp.int32), jnp.where(top > -jnp.inf, top, 0)
-
-
-def knn_graph(embeddings, *, m: int, valid=None, nonneg: str = "clip",
-              block: int = 1024) -> KnnGraph:
-  """Exact top-`m` cosine neighbours of every candidate, computed in blocks of `block`
-  rows (memory `O(N·m + block·N)`).
-
-  Returns:
-    `KnnGraph(neighbors [N, m] int32, similarities [N, m])`: `similarities[j, t]` is the
-    non-negative similarity (`nonneg` method) of candidate j to item `neighbors[j, t]`,
-    sorted descending; a candidate is its own first neighbour. Invalid items are never
-    neighbours (similarity 0 fills the slots when fewer than `m` are valid) and invalid
-    candidates have all similarities 0.
-  """
-  check_nonneg_method(nonneg)
-  block = check_block(block)
-  e = unit_embeddings(embeddings)
-  n = e.shape[0]
-  v = checks.check_valid(valid, n)
-  if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= max(n, 1):
-    raise ValueError(f"`m` (neighbours per candidate) must be an int in [1, N={n}], got {m!r}.")
-  return _knn_graph(e, v, m=min(m, n), nonneg=nonneg, block=block)
+  found = top > -jnp.inf
+  return jnp.where(found, ids, -1).astype(jnp.int32), jnp.where(found, top, 0)
 
 
 @functools.partial(jax.jit, static_argnames=("m", "nonneg", "block"))
 def _knn_graph(e, v, *, m, nonneg, block):
+  """The device build: blocks of `block` rows against all N, `lax.top_k` (ties: lowest index)."""
   def one(ids):
     return _knn_block(jnp.take(e, ids, axis=0), e, v, m=m, nonneg=nonneg)
+  if e.shape[0] < m:  # fewer items than slots: -1 fills the rest
+    e = jnp.pad(e, ((0, m - e.shape[0]), (0, 0)))
+    nb, s = _knn_graph(e, jnp.pad(v, (0, m - v.shape[0])), m=m, nonneg=nonneg, block=block)
+    return KnnGraph(nb[:v.shape[0]], s[:v.shape[0]])
   nb, s = map_blocks(one, jnp.arange(e.shape[0], dtype=jnp.int32), block)
-  return KnnGraph(nb, jnp.where(v[:, None], s, 0))
+  return KnnGraph(jnp.where(v[:, None], nb, -1), jnp.where(v[:, None], s, 0))
 
 
 def _graph(graph_or_embeddings, m, valid, nonneg, block):
-  """A checked `KnnGraph` (given, or built from embeddings) and the `[N]` valid mask."""
+  """A checked `KnnGraph` (given, or built from embeddings) with ids in `[0, N)` (an empty
+  slot: item 0 with similarity 0), and the `[N]` valid mask."""
   block = check_block(block)
   g = graph_or_embeddings
   if not isinstance(g, KnnGraph):
     if m is None:
       raise TypeError("`m` (neighbours per candidate) is required when building the graph "
                       "from embeddings; or pass a `jaxsel.KnnGraph`.")
-    g = knn_graph(g, m=m, valid=valid, nonneg=nonneg, block=block)
-    return g, checks.check_valid(valid, g.neighbors.shape[0]), block
-  if m is not None and m != g.neighbors.shape[-1]:
-    raise ValueError(f"`m`={m} disagrees with the graph's {g.neighbors.shape[-1]} neighbours; "
-                     "leave `m` out when passing a graph.")
-  nb = jnp.asarray(g.neighbors)
-  if not jnp.issubdtype(nb.dtype, jnp.integer):
+    g = knn_graph(g, m=m, valid=valid, nonneg=nonneg)
+  elif m is not None and m != np.shape(g.neighbors)[-1]:
+    raise ValueError(f"`m`={m} disagrees with the graph's {np.shape(g.neighbors)[-1]} "
+                     "neighbours; leave `m` out when passing a graph.")
+  host = all(checks.is_concrete(x) for x in (g.neighbors, g.similarities, valid))
+  xp = np if host else jnp
+  nb = xp.asarray(g.neighbors)
+  if not xp.issubdtype(nb.dtype, xp.integer):
     raise TypeError(f"`neighbors` must hold integer item ids, got dtype {nb.dtype}.")
   if nb.ndim != 2:
     raise ValueError(f"`neighbors` must be [N, m], got shape {nb.shape}.")
@@ -173,15 +247,18 @@ def _graph(graph_or_embeddings, m, valid, nonneg, block):
   s = checks.as_float_array(g.similarities, "similarities")
   if s.shape != nb.shape:
     raise ValueError(f"`similarities` must have the shape of `neighbors` {nb.shape}, got {s.shape}.")
+  v = checks.check_valid(valid, n)
+  dtype = jnp.promote_types(s.dtype, jnp.float32)
+  if host:  # NumPy: no device op compiled per shape, no device copies of N·m arrays
+    s, v = np.asarray(s), np.asarray(v)
   # -1 marks an empty slot (an index's missing hit, score -inf): similarity 0 to item 0.
-  s = jnp.where(nb >= 0, s, 0)
-  nb = jnp.maximum(nb, 0)
+  s = xp.where(nb >= 0, s, 0)
+  nb = xp.maximum(nb, 0).astype(xp.int32)
   checks.check_finite(s, "similarities")
   checks.check_nonnegative(s, "similarities", NEGATIVE_FIX)
-  v = checks.check_valid(valid, n)
-  s = s.astype(jnp.promote_types(s.dtype, jnp.float32))
-  s = jnp.where(v[:, None] & v[nb.astype(jnp.int32)], s, 0)
-  return KnnGraph(nb.astype(jnp.int32), s), v, block
+  keep = v[:, None] if host and v.all() else v[:, None] & v[nb]
+  s = xp.where(keep, s, 0).astype(dtype)
+  return KnnGraph(jnp.asarray(nb), jnp.asarray(s)), jnp.asarray(v), block
 
 
 def knn_facility_location(graph_or_embeddings, relevance=None, *, m: Optional[int] = None,
@@ -199,7 +276,8 @@ def knn_facility_location(graph_or_embeddings, relevance=None, *, m: Optional[in
     valid: bool `[N]`.
     nonneg: as in `jaxsel.nonnegative` (``"clip"``, ``"shift"``, ``"square"``), used when
       building the graph.
-    block: rows per block when building the graph and when evaluating gains.
+    block: candidates per block when evaluating gains (the graph is built with
+      `knn_graph`'s default tiles; build it yourself to choose them, or an approximate one).
   """
   g, v, block = _graph(graph_or_embeddings, m, valid, nonneg, block)
   rel = checked_relevance(relevance, g.neighbors.shape[0], v, g.similarities.dtype, required=False)
