@@ -156,3 +156,138 @@ def test_matrix_beyond_memory_is_a_clear_error_before_allocating(monkeypatch):
   monkeypatch.setattr(_checks, "available_bytes", lambda: 1 << 31)
   with pytest.raises(MemoryError, match="only 2.0 GiB is free"):
     jaxsel.cosine_similarity(np.ones((20_000, 4), np.float32))  # 2 × 1.6 GB
+
+
+def _sym(n, seed=0, dtype=np.float32):
+  sim = np.asarray(jaxsel.cosine_similarity(np.random.default_rng(seed).normal(size=(n, 6))))
+  sim = np.maximum(sim, sim.T).astype(dtype)  # exactly symmetric
+  return sim
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 33, 300])
+def test_symmetric_input_is_used_without_a_copy(n):
+  """A symmetric matrix is its own candidate-major layout: a CPU jax.Array is kept as it is,
+  aligned NumPy memory is shared, an unaligned one is copied straight; a non-symmetric one is
+  transposed. The objective is the same either way."""
+  sim = _sym(n, seed=n)
+  dev = jnp.asarray(sim)
+  assert jaxsel.coverage(dev).sim_t is dev
+  aligned = np.empty(n * n + 16, np.float32)
+  start = (-aligned.ctypes.data) % 64 // 4
+  aligned = aligned[start:start + n * n].reshape(n, n)
+  aligned[...] = sim
+  obj = jaxsel.coverage(aligned)
+  assert obj.sim_t.unsafe_buffer_pointer() == aligned.ctypes.data
+  unaligned = np.empty(n * n + 1, np.float32)[1:].reshape(n, n)
+  unaligned[...] = sim
+  np.testing.assert_array_equal(jaxsel.coverage(unaligned).sim_t, sim)
+  for symmetric in (None, True, False):
+    np.testing.assert_array_equal(jaxsel.coverage(sim, symmetric=symmetric).sim_t, sim)
+  if n > 1:
+    asym = sim.copy()
+    asym[n - 1, 0] += 0.25
+    for built in (jaxsel.coverage(asym), jaxsel.coverage(jnp.asarray(asym)),
+                  jaxsel.coverage(asym, symmetric=False)):
+      np.testing.assert_array_equal(built.sim_t, asym.T)
+    with pytest.raises(ValueError, match="not symmetric"):
+      jaxsel.coverage(asym, symmetric=True)
+    with pytest.raises(ValueError, match="not symmetric"):
+      jaxsel.coverage(jnp.asarray(asym), symmetric=True)
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (4, 9, 9), (70, 70), (3, 130, 130)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_host_pass_masks_converts_and_checks(shape, dtype):
+  """The one host pass (checks + copy) against the definition: masks, float64 → float32,
+  batches, symmetric or not, and the checks' own errors for NaN, inf and negative entries."""
+  rng = np.random.default_rng(shape[-1])
+  raw = rng.random(shape).astype(dtype)
+  valid = rng.random(shape[:-1]) > 0.3
+  for sim in (raw, (raw + np.swapaxes(raw, -1, -2)).astype(dtype)):
+    for mask in (None, valid):
+      got = np.asarray(jaxsel.coverage(sim, valid=mask).sim_t)
+      want = np.swapaxes(sim, -1, -2).astype(np.float32)
+      if mask is not None:
+        want = want * (mask[..., :, None] & mask[..., None, :])
+      assert got.dtype == np.float32
+      np.testing.assert_array_equal(got, want)
+  index = (0,) * (len(shape) - 2) + (shape[-1] - 1, 1)
+  for value, match in ((np.nan, "NaN"), (np.inf, "NaN or infinite"), (-0.5, "nonnegative")):
+    for sym in (False, True):
+      bad = raw.copy()
+      bad[index] = value
+      if sym:
+        bad = np.minimum(bad, np.swapaxes(bad, -1, -2)) if value < 0 else bad + np.swapaxes(bad, -1, -2)
+      with pytest.raises(ValueError, match=match):
+        jaxsel.coverage(bad)
+      with pytest.raises(ValueError, match=match):
+        jaxsel.coverage(jnp.asarray(bad))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_built_inside_jit_equals_built_outside_and_copies_nothing(kind):
+  """`jit(vmap(lambda s: greedy(coverage(s))))` on a device array: the kernel reads the
+  item-major input as it came (XLA's two transposes fold away: no transpose in the compiled
+  program) and picks exactly what the objective built from NumPy picks."""
+  b, n = 6, 40
+  rng = np.random.default_rng(0)
+  sims = rng.random((b, n, n)).astype(np.float32) * (rng.random((b, 1, n)) + 0.2).astype(np.float32)
+  rel = rng.random((b, 2, n)).astype(np.float32)
+  valid = rng.random((b, n)) > 0.2
+
+  def build(s, r, v):
+    if kind == "coverage":
+      return jaxsel.coverage(s, valid=v)
+    if kind == "facility_location":
+      return jaxsel.facility_location(s, r, valid=v)
+    return jaxsel.saturated_coverage(s, r, valid=v)
+
+  for v in (None, valid):
+    for method in ("lazy", "dense"):
+      inside = jax.jit(jax.vmap(lambda s, r, m: jaxsel.greedy(build(s, r, m), k=8, method=method).indices,
+                                in_axes=(0, 0, None if v is None else 0)))
+      got = inside(jnp.asarray(sims), jnp.asarray(rel), v)
+      want = jax.vmap(lambda o: jaxsel.greedy(o, k=8, method=method).indices)(build(sims, rel, v))
+      np.testing.assert_array_equal(got, want)
+      if v is None:
+        hlo = inside.lower(jnp.asarray(sims), jnp.asarray(rel), None).compile().as_text()
+        assert "transpose(" not in hlo and "item_major=true" in hlo.replace(" ", "")
+  sym = np.stack([_sym(n, seed=s) for s in range(b)])
+  one = jax.jit(jax.vmap(lambda s: jaxsel.greedy(build(s, rel[0], None), k=8).indices))(jnp.asarray(sym))
+  promised = jax.jit(jax.vmap(lambda s: jaxsel.greedy(
+      jaxsel.coverage(s, symmetric=True) if kind == "coverage" else
+      jaxsel.facility_location(s, rel[0], symmetric=True) if kind == "facility_location" else
+      jaxsel.saturated_coverage(s, rel[0], symmetric=True), k=8).indices))(jnp.asarray(sym))
+  np.testing.assert_array_equal(one, promised)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_from_embeddings_greedy_computes_the_matrix_once_where_it_fits(kind):
+  """Dense and lazy greedy on a matrix-free objective that fits `max_dense_bytes` compute the
+  similarity once and run the native kernel: the same picks as the blocked rows
+  (`max_dense_bytes=0`) and as the dense objective on `cosine_similarity`."""
+  rng = np.random.default_rng(2)
+  emb = rng.normal(size=(90, 12)).astype(np.float32)
+  rel = rng.random((2, 90)).astype(np.float32)
+  valid = rng.random(90) > 0.1
+
+  def build(**kw):
+    if kind == "saturated_coverage":
+      return jaxsel.saturated_coverage_from_embeddings(emb, rel, valid=valid, **kw)
+    return jaxsel.facility_location_from_embeddings(emb, None if kind == "coverage" else rel,
+                                                    valid=valid, **kw)
+
+  sim = np.asarray(jaxsel.cosine_similarity(emb))
+  dense, _ = _make(kind, sim, rel, valid)
+  for method in ("lazy", "dense"):
+    run = jax.jit(lambda o: jaxsel.greedy(o, k=15, method=method))
+    once, blocked, want = run(build()), run(build(max_dense_bytes=0)), run(dense)
+    np.testing.assert_array_equal(once.indices, blocked.indices)
+    np.testing.assert_array_equal(once.indices, want.indices)
+    np.testing.assert_allclose(once.values, blocked.values, rtol=1e-5)
+  if jax.default_backend() == "cpu":
+    assert "jaxsel_cover_greedy" in jax.jit(lambda o: jaxsel.greedy(o, k=3)).lower(build()).as_text()
+    assert "jaxsel_cover_greedy" not in jax.jit(lambda o: jaxsel.greedy(o, k=3)).lower(
+        build(max_dense_bytes=0)).as_text()
+  with pytest.raises(ValueError, match="max_dense_bytes"):
+    build(max_dense_bytes=-1)

@@ -7,11 +7,15 @@ Shape legend: Q queries, N candidates, M a block of candidates, K picks.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxsel._src import native
 from jaxsel._src.objectives import rows
@@ -66,11 +70,13 @@ _cover_gains.defvjp(_cover_gains_fwd, _cover_gains_bwd)
 
 def cover_greedy(sim_t: Array, relevance: Optional[Array], valid: Array, costs: Optional[Array],
                  budget: Optional[Array], min_gain: Optional[Array], *, k: int, lazy: bool,
-                 ratio: bool, saturated: bool) -> Selection:
+                 ratio: bool, saturated: bool, item_major: bool = False) -> Selection:
   """Greedy on facility location / coverage (`saturated=False`) or saturated coverage as one
   C++ call: dense steps, or lazy ones (CELF with a heap), with or without costs, by the rules
   of `jaxsel.greedy`'s own loop and the same gain code as `cover_gains`, so dense and lazy
-  picks agree exactly. `sim_t` `[N, N]` candidate-major, `relevance` `[Q, N]` or None."""
+  picks agree exactly. `sim_t` `[N, N]` candidate-major, or item-major (`s_ij` at `[i, j]`)
+  with `item_major`, which the kernel transposes problem by problem (in cache for small
+  ones); `relevance` `[Q, N]` or None."""
   n = sim_t.shape[-1]
   dtype = sim_t.dtype
   weighted = relevance is not None
@@ -87,5 +93,105 @@ def cover_greedy(sim_t: Array, relevance: Optional[Array], valid: Array, costs: 
       vmap_method="expand_dims")
   indices, gains, values, count, cost = call(
       sim_t, w, valid, costs, budget, floor,
-      weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio, saturated=saturated)
+      weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio, saturated=saturated,
+      item_major=item_major)
   return Selection(indices, gains, values, count, cost)
+
+
+# ----------------------------------------------------------------------------- host arrays
+# `JaxselHostPrepare` / `JaxselHostSymmetric` in csrc/greedy.cc are plain C functions, called
+# through ctypes on NumPy memory (the GIL is released during the call): the input checks and
+# the candidate-major copy of a similarity matrix in one pass, on a few threads.
+
+_HOST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_ROWS_PER_TASK = 256
+_pool: Optional[ThreadPoolExecutor] = None
+
+
+def _host_fn(name: str):
+  lib = native._LIB
+  fn = getattr(lib, name, None) if lib is not None else None
+  if fn is not None and not getattr(fn, "_jaxsel_typed", False):
+    vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    fn.restype = i32
+    fn.argtypes = ([vp, i32, vp, i32, i64, i64, i64, i64, i32, vp, ctypes.POINTER(ctypes.c_double)]
+                   if name == "JaxselHostPrepare" else
+                   [vp, i32, i64, i64, i64, i64, vp, ctypes.POINTER(ctypes.c_double)])
+    fn._jaxsel_typed = True
+  return fn
+
+
+def host_applies(sim: np.ndarray, dtype) -> bool:
+  """Whether the host kernels take this NumPy matrix `[..., N, N]` to `dtype`: they are loaded,
+  the input is C-contiguous float32/64, and the output float32 (or float64 from float64)."""
+  return (native.available() and isinstance(sim, np.ndarray) and sim.flags.c_contiguous
+          and sim.dtype in _HOST_DTYPES and np.dtype(dtype) in _HOST_DTYPES
+          and not (sim.dtype == np.float32 and np.dtype(dtype) == np.float64)
+          and _host_fn("JaxselHostPrepare") is not None)
+
+
+def _map(fn, tasks):
+  global _pool
+  tasks = list(tasks)
+  if len(tasks) <= 1:
+    return [fn(t) for t in tasks]
+  if _pool is None:
+    _pool = ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="jaxsel-host")
+  return list(_pool.map(fn, tasks))
+
+
+def _tasks(shape):
+  """(first problem, problem count, row lo, row hi) pieces of a `[..., N, N]` batch: runs of
+  whole problems when there are several, row ranges of a single one."""
+  n = shape[-1]
+  problems = int(np.prod(shape[:-2], dtype=np.int64))
+  if problems == 1:
+    return [(0, 1, lo, min(lo + _ROWS_PER_TASK, n)) for lo in range(0, n, _ROWS_PER_TASK)]
+  per = max(1, -(-problems * n // (8 * _ROWS_PER_TASK)))  # about 8 * 256 rows a piece
+  return [(b, min(per, problems - b), 0, n) for b in range(0, problems, per)]
+
+
+def host_symmetric(sim: np.ndarray):
+  """(symmetric, least entry, any NaN/inf) of a C-contiguous float32/64 NumPy `[..., N, N]`:
+  each problem's `s_ij == s_ji`, in one pass that compares 8 x 8 tiles in registers and stops
+  at the first difference (then the statistics are None: the copy computes them)."""
+  fn = _host_fn("JaxselHostSymmetric")
+  n = sim.shape[-1]
+  flat = sim.reshape(-1, n, n)
+  stop = np.zeros(1, np.int32)
+  f64 = int(sim.dtype == np.float64)
+
+  def run(task):
+    b, count, lo, hi = task
+    m = ctypes.c_double()
+    r = fn(flat[b].ctypes.data, f64, n, count, lo, hi, stop.ctypes.data, ctypes.byref(m))
+    if r & 4:
+      stop[0] = 1
+    return r, m.value
+
+  out = _map(run, _tasks(sim.shape))
+  if stop[0] or any(r & 4 for r, _ in out):
+    return False, None, None
+  return True, min((m for _, m in out), default=np.inf), any(r & 1 for r, _ in out)
+
+
+def host_copy(sim: np.ndarray, out: np.ndarray, *, transpose: bool, valid: Optional[np.ndarray]):
+  """Writes `sim` `[..., N, N]` (transposed per problem where `transpose`; zero in invalid rows
+  and columns where `valid` `[..., N]`) into `out` (same shape, float32 or float64) in one
+  pass; returns (least input entry, any input NaN/inf, any output NaN/inf)."""
+  fn = _host_fn("JaxselHostPrepare")
+  n = sim.shape[-1]
+  src, dst = sim.reshape(-1, n, n), out.reshape(-1, n, n)
+  v = None if valid is None else np.ascontiguousarray(valid, np.uint8).reshape(-1, n)
+  fin, fout = int(sim.dtype == np.float64), int(out.dtype == np.float64)
+
+  def run(task):
+    b, count, lo, hi = task
+    m = ctypes.c_double()
+    r = fn(src[b].ctypes.data, fin, dst[b].ctypes.data, fout, n, count, lo, hi, int(transpose),
+           None if v is None else v[b].ctypes.data, ctypes.byref(m))
+    return r, m.value
+
+  res = _map(run, _tasks(sim.shape))
+  return (min((m for _, m in res), default=np.inf), any(r & 1 for r, _ in res),
+          any(r & 2 for r, _ in res))

@@ -63,9 +63,15 @@ class _Dense(Objective):
     n = self.num_candidates
     if not (k and n and self.sim_t.shape[-2] == n and native_greedy.applies(self.sim_t, self.backend)):
       return None
+    sim = self.sim_t
+    if self.item_major_input:
+      # `sim_t` is the constructor's transpose of a traced item-major input: transposing it
+      # back folds the two away in XLA, so the kernel reads the input as it came (and
+      # transposes each problem in cache) instead of XLA writing a transposed copy.
+      sim = jnp.swapaxes(sim, -1, -2)
     return native_greedy.cover_greedy(
-        self.sim_t, self.relevance, self.valid, costs, budget, min_gain, k=k, lazy=lazy,
-        ratio=ratio, saturated=isinstance(self, SaturatedCoverage))
+        sim, self.relevance, self.valid, costs, budget, min_gain, k=k, lazy=lazy,
+        ratio=ratio, saturated=isinstance(self, SaturatedCoverage), item_major=self.item_major_input)
 
 
 @pytree.dataclass
@@ -78,6 +84,9 @@ class FacilityLocation(_Dense):
   relevance: Optional[Array]  # [Q, N] r_qj (zero on invalid j), or None for coverage
   valid: Array  # [N] bool
   backend: str = pytree.field(static=True, default="auto")
+  # True when the constructor ran inside a trace and `sim_t` is its transpose of the item-major
+  # input (a hint for the native kernel; `sim_t` is candidate-major either way).
+  item_major_input: bool = pytree.field(static=True, default=False)
   candidate_axes: ClassVar = {"sim_t": 0, "relevance": 1, "valid": 0}
 
   def init(self) -> CoverState:
@@ -118,6 +127,9 @@ class SaturatedCoverage(_Dense):
   relevance: Array  # [Q, N] r_qi, the saturation level of item i (zero on invalid i)
   valid: Array  # [N] bool
   backend: str = pytree.field(static=True, default="auto")
+  # True when the constructor ran inside a trace and `sim_t` is its transpose of the item-major
+  # input (a hint for the native kernel; `sim_t` is candidate-major either way).
+  item_major_input: bool = pytree.field(static=True, default=False)
   candidate_axes: ClassVar = {"sim_t": 0, "relevance": None, "valid": 0}  # r is item-side
 
   def init(self) -> SaturationState:
@@ -141,36 +153,106 @@ class SaturatedCoverage(_Dense):
     return self.state_value(SaturationState(best))
 
 
-_HOST_BLOCK = 512  # rows per block of the host-side transpose (cache-sized tiles)
+_HOST_BLOCK = 512  # rows per block of the NumPy fallback's transpose (cache-sized tiles)
 
 
-def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype) -> Array:
-  """`sim` `[..., N, N]` (NumPy, item-major) as a candidate-major device array, zeroed on
-  invalid rows and columns, in one host copy.
+def _host_view(similarity) -> Optional[np.ndarray]:
+  """`similarity` as a NumPy array in host memory where the host path can take it on the CPU
+  backend: a NumPy array, or a concrete single-device CPU `jax.Array` (a view, no copy)."""
+  if jax.default_backend() != "cpu":
+    return None
+  if isinstance(similarity, np.ndarray):
+    return similarity
+  if (isinstance(similarity, jax.Array) and checks.is_concrete(similarity)
+      and similarity.is_fully_addressable and len(similarity.devices()) == 1
+      and next(iter(similarity.devices())).platform == "cpu"
+      and jnp.issubdtype(similarity.dtype, jnp.floating)):
+    return np.asarray(similarity)
+  return None
 
-  On the CPU backend the transpose is written tile by tile into a 64-byte aligned buffer,
-  which `jax.device_put` then shares instead of copying: one host pass instead of a device
-  copy plus an XLA transpose (bench/README.md, "NumPy input"). `dtype` is the
-  device dtype (`checks.host_float_dtype`)."""
+
+def _raise_bad(sim: np.ndarray, least: float, bad: bool) -> None:
+  """The input checks' own errors, where the host kernels' one pass found something."""
+  if bad or not least >= 0:
+    checks.check_finite(sim, "similarity")
+    checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
+
+
+def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype,
+                          symmetric: Optional[bool], keep=None) -> Array:
+  """Checks `sim` `[..., N, N]` (host memory, item-major) and returns it as a candidate-major
+  device array, zeroed on invalid rows and columns, with as few passes as the input allows.
+
+  With the native host kernels (`native.greedy.host_copy`): one pass checks and writes the
+  transposed copy into a 64-byte aligned buffer, which `jax.device_put` then shares. A
+  symmetric matrix needs no transpose; found symmetric (`symmetric` None: one comparing pass
+  that stops at the first difference) or promised (`True`, verified the same way), it is
+  used as it is where no copy is needed (float `dtype` already, no mask, aligned memory or
+  `keep`, the jax.Array it views) and copied straight otherwise. `dtype` is the device dtype
+  (`checks.host_float_dtype`)."""
+  masked = valid is not None and not valid.all()
+  if not sim.size:
+    return jax.device_put(np.zeros(sim.shape, dtype))
+  if not native_greedy.host_applies(sim, dtype):
+    if symmetric:
+      _check_symmetric_numpy(sim)
+    checks.check_finite(sim, "similarity")
+    checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
+    return _numpy_candidate_major(sim, valid if masked else None, dtype, transpose=not symmetric)
+  sym = False
+  if symmetric is not False:
+    sym, least, bad = native_greedy.host_symmetric(sim)
+    if symmetric and not sym:
+      raise ValueError("`symmetric=True` but `similarity` is not symmetric (s_ij != s_ji for "
+                       "some i, j); leave `symmetric` unset.")
+    if sym:
+      _raise_bad(sim, least, bad)
+      if sim.dtype == dtype and not masked and (keep is not None or sim.ctypes.data % 64 == 0):
+        return keep if keep is not None else jax.device_put(sim)
+  out = checks.aligned_empty(sim.shape, dtype)
+  least, bad_in, bad_out = native_greedy.host_copy(sim, out, transpose=not sym,
+                                                   valid=valid if masked else None)
+  _raise_bad(sim, least, bad_in)
+  if bad_out:  # float64 → float32 without x64: a huge finite value became inf
+    checks.check_finite(out, "similarity (as float32)")
+  return jax.device_put(out)
+
+
+def _check_symmetric_numpy(sim: np.ndarray) -> None:
+  if not np.array_equal(sim, np.swapaxes(sim, -1, -2)):
+    raise ValueError("`symmetric=True` but `similarity` is not symmetric (s_ij != s_ji for "
+                     "some i, j); leave `symmetric` unset.")
+
+
+def _numpy_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype, *,
+                           transpose: bool) -> Array:
+  """The NumPy fallback of `_host_candidate_major` (no native kernels, or an input they do not
+  take): the transpose tile by tile into an aligned buffer that `jax.device_put` shares."""
   n = sim.shape[-1]
   out = checks.aligned_empty(sim.shape, dtype)
   with np.errstate(over="ignore"):  # a float64 value beyond float32 is caught just below
-    for i in range(0, n, _HOST_BLOCK):
-      out[..., :, i:i + _HOST_BLOCK] = np.swapaxes(sim[..., i:i + _HOST_BLOCK, :], -1, -2)
+    if transpose:
+      for i in range(0, n, _HOST_BLOCK):
+        out[..., :, i:i + _HOST_BLOCK] = np.swapaxes(sim[..., i:i + _HOST_BLOCK, :], -1, -2)
+    else:
+      out[...] = sim
   if dtype != sim.dtype:  # float64 → float32 without x64: a huge finite value may become inf
     checks.check_finite(out, "similarity (as float32)")
-  if valid is not None and not valid.all():
+  if valid is not None:
     np.multiply(out, valid[..., :, None], out=out)  # in place, broadcast: no [N, N] mask
     np.multiply(out, valid[..., None, :], out=out)
   return jax.device_put(out)
 
 
-def _prepare(similarity, relevance, valid, *, need_relevance: bool):
-  """Validates inputs; returns candidate-major similarity, [.., Q, N] relevance and mask."""
-  on_host = isinstance(similarity, np.ndarray) and jax.default_backend() == "cpu"
-  if on_host:  # checks and transpose on the host: no device copy of the untransposed matrix
-    host_dtype = checks.host_float_dtype(similarity, "similarity")
-    sim = similarity
+def _prepare(similarity, relevance, valid, *, need_relevance: bool, symmetric: Optional[bool]):
+  """Validates inputs; returns candidate-major similarity, [.., Q, N] relevance, the mask,
+  and whether `sim_t` is a traced transpose of an item-major input (`item_major_input`)."""
+  if symmetric is not None and not isinstance(symmetric, (bool, np.bool_)):
+    raise TypeError(f"`symmetric` must be None, True or False, got {symmetric!r}.")
+  host = _host_view(similarity)
+  if host is not None:  # checks and layout on the host: no device copy of the untransposed matrix
+    host_dtype = checks.host_float_dtype(host, "similarity")
+    sim = host
   else:
     sim = checks.as_float_array(similarity, "similarity")
   if sim.ndim < 2 or sim.shape[-1] != sim.shape[-2]:
@@ -179,10 +261,10 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool):
   n = sim.shape[-1]
   batch = sim.shape[:-2]
   # The candidate-major copy (and, on the device, the masked one) must fit.
-  checks.check_fits(sim.shape, host_dtype if on_host else sim.dtype,
-                     1 + (not on_host and valid is not None),
-                     "The candidate-major copy of `similarity`")
-  if not (on_host and sim.size and checks.min_max_ok(sim, 0)):  # one min/max answers both
+  checks.check_fits(sim.shape, host_dtype if host is not None else sim.dtype,
+                    1 + (host is None and valid is not None),
+                    "The candidate-major copy of `similarity`")
+  if host is None:
     checks.check_finite(sim, "similarity")
     checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
   v = checks.check_valid(valid, n, batch_shape=batch)
@@ -200,20 +282,30 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool):
           f"`similarity` {sim.shape}), got {jnp.shape(relevance)}.")
     checks.check_finite(rel, "relevance")
     checks.check_nonnegative(rel, "relevance", NEGATIVE_FIX)
-  if on_host:
-    sim_t = _host_candidate_major(sim, None if valid is None else np.asarray(v), host_dtype)
+  item_major_input = False
+  if host is not None:
+    keep = similarity if isinstance(similarity, jax.Array) else None
+    sim_t = _host_candidate_major(host, None if valid is None else np.asarray(v), host_dtype,
+                                  symmetric, keep)
   else:
-    sim_t = jnp.swapaxes(sim, -1, -2)
-    if valid is not None:
-      sim_t = jnp.where(v[..., :, None] & v[..., None, :], sim_t, 0)
+    if symmetric and checks.is_concrete(sim) and not bool(jnp.all(sim == jnp.swapaxes(sim, -1, -2))):
+      raise ValueError("`symmetric=True` but `similarity` is not symmetric (s_ij != s_ji for "
+                       "some i, j); leave `symmetric` unset.")
+    if valid is not None:  # v_i & v_j is symmetric: masking before the transpose is the same
+      sim = jnp.where(v[..., :, None] & v[..., None, :], sim, 0)
+    if symmetric:
+      sim_t = sim
+    else:
+      sim_t = jnp.swapaxes(sim, -1, -2)
+      item_major_input = not checks.is_concrete(sim_t)
   if rel is not None:
     rel = rel.astype(sim_t.dtype)
     if valid is not None:
       rel = jnp.where(v[..., None, :], rel, 0)
-  return sim_t, rel, v
+  return sim_t, rel, v, item_major_input
 
 
-def facility_location(similarity, relevance=None, *, valid=None,
+def facility_location(similarity, relevance=None, *, valid=None, symmetric: Optional[bool] = None,
                       backend: str = "auto") -> FacilityLocation:
   """Multi-query facility location `f(S) = Σ_q Σ_i max_{j∈S} r_qj · s_ij`.
 
@@ -223,21 +315,29 @@ def facility_location(similarity, relevance=None, *, valid=None,
     relevance: `[Q, N]` (or `[N]`) non-negative query–candidate relevance `r_qj`;
       `None` gives plain coverage.
     valid: bool `[N]`; padded candidates are never selected and never counted.
+    symmetric: whether `s_ij = s_ji` (cosine similarity is), which saves the candidate-major
+      copy: ``None`` (default) finds out on concrete inputs (one pass that stops at the first
+      difference) and transposes traced ones; ``True`` promises it (verified on concrete
+      inputs, a `ValueError` if not; trusted inside `jit`); ``False`` always transposes.
     backend: where gains are computed: ``"auto"`` (the native CPU kernels where they apply),
       ``"native"`` or ``"xla"`` (`jaxsel.greedy(backend=...)` can override it).
   Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.
   """
   native.check_backend(backend)
-  sim_t, rel, v = _prepare(similarity, relevance, valid, need_relevance=False)
-  return FacilityLocation(sim_t=sim_t, relevance=rel, valid=v, backend=backend)
+  sim_t, rel, v, item_major = _prepare(similarity, relevance, valid, need_relevance=False,
+                                       symmetric=symmetric)
+  return FacilityLocation(sim_t=sim_t, relevance=rel, valid=v, backend=backend,
+                          item_major_input=item_major)
 
 
-def coverage(similarity, *, valid=None, backend: str = "auto") -> FacilityLocation:
-  """Text selection: `f(S) = Σ_i max_{j∈S} sim_ij`. `similarity` `[N, N]`, `valid` `[N]`."""
-  return facility_location(similarity, None, valid=valid, backend=backend)
+def coverage(similarity, *, valid=None, symmetric: Optional[bool] = None,
+             backend: str = "auto") -> FacilityLocation:
+  """Text selection: `f(S) = Σ_i max_{j∈S} sim_ij`. `similarity` `[N, N]`, `valid` `[N]`;
+  `symmetric` and `backend` as in `facility_location`."""
+  return facility_location(similarity, None, valid=valid, symmetric=symmetric, backend=backend)
 
 
-def saturated_coverage(similarity, relevance, *, valid=None,
+def saturated_coverage(similarity, relevance, *, valid=None, symmetric: Optional[bool] = None,
                        backend: str = "auto") -> SaturatedCoverage:
   """Saturated coverage `f(S) = Σ_q Σ_i min(r_qi, max_{j∈S} s_ij)`.
 
@@ -246,8 +346,10 @@ def saturated_coverage(similarity, relevance, *, valid=None,
     relevance: `[Q, N]` (or `[N]`) non-negative; item i is worth at most `r_qi` to query q,
       so once an item is covered that well, more of it adds nothing.
     valid: bool `[N]`.
-    backend: as in `facility_location`.
+    symmetric, backend: as in `facility_location`.
   """
   native.check_backend(backend)
-  sim_t, rel, v = _prepare(similarity, relevance, valid, need_relevance=True)
-  return SaturatedCoverage(sim_t=sim_t, relevance=rel, valid=v, backend=backend)
+  sim_t, rel, v, item_major = _prepare(similarity, relevance, valid, need_relevance=True,
+                                       symmetric=symmetric)
+  return SaturatedCoverage(sim_t=sim_t, relevance=rel, valid=v, backend=backend,
+                           item_major_input=item_major)

@@ -8,7 +8,11 @@ Only the unit-norm embeddings `[N, D]` are stored; similarity rows are recompute
 of `block` candidates at a time (`lax.map`), so memory is `O(N·D + block·Q·N)` and the result
 equals the dense objective built from `jaxsel.cosine_similarity` (up to float rounding).
 Each block is a dense objective restricted to those candidates, so the native gain kernel
-serves it where `backend` allows. Leading batch axes are not supported by the constructors:
+serves it where `backend` allows. Dense and lazy greedy on the CPU go further where the
+whole `[N, N]` similarity takes at most `max_dense_bytes`: they compute it once, candidate-major
+(one XLA matrix product; no transpose, no input pass over a matrix), and run the native greedy
+kernel on it, which re-reads a stored row for a fraction of the cost of recomputing it
+(bench/README.md, "Greedy"); larger problems, other methods and accelerators recompute rows. Leading batch axes are not supported by the constructors:
 build one objective per instance and stack them (`jax.tree.map(jnp.stack, ...)`) for `vmap`.
 """
 
@@ -21,12 +25,16 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxsel._src import checks, native, pytree
+from jaxsel._src.native import greedy as native_greedy
 from jaxsel._src.numerics import nonnegative
 from jaxsel._src.objectives.blocks import (Blocked, check_block, check_nonneg_method,
                                            checked_relevance, max_state, unit_embeddings)
 from jaxsel._src.objectives.dense import CoverState, FacilityLocation, SaturatedCoverage, SaturationState
 
 Array = jax.Array
+
+# The default `max_dense_bytes`: N = 8192 in float32.
+DENSE_GREEDY_BYTES = 256 << 20
 
 
 @pytree.dataclass
@@ -40,9 +48,21 @@ class _EmbeddingObjective(Blocked):
   block: int = pytree.field(static=True, default=256)
   nonneg: str = pytree.field(static=True, default="clip")
   backend: str = pytree.field(static=True, default="auto")
+  max_dense_bytes: int = pytree.field(static=True, default=DENSE_GREEDY_BYTES)
 
   def with_backend(self, backend: str):
     return self.replace(backend=backend)
+
+  def fused_greedy(self, costs, budget, min_gain, *, k, lazy, ratio):
+    """A whole dense or lazy greedy run in the native kernel on the similarity computed at
+    once, where it takes at most `max_dense_bytes` (per problem, under `vmap` too); else None
+    (greedy recomputes rows block by block)."""
+    n, items = self.num_candidates, self.items.shape[-2]
+    if not (k and n and n == items and n * items * self.items.dtype.itemsize <= self.max_dense_bytes
+            and native_greedy.applies(self.items, self.backend)):
+      return None
+    return self._dense(jnp.arange(n, dtype=jnp.int32)).fused_greedy(
+        costs, budget, min_gain, k=k, lazy=lazy, ratio=ratio)
 
   def rows(self, idx: Array) -> Array:
     """Similarity rows `[M, N]` of the candidates `idx` `[M]`: `s_ij` for item i, the same
@@ -103,20 +123,24 @@ class EmbeddingSaturatedCoverage(_EmbeddingObjective):
                              valid=jnp.take(self.valid, idx), backend=self.backend)
 
 
-def _from_embeddings(cls, embeddings, relevance, valid, nonneg, block, backend, *, required):
+def _from_embeddings(cls, embeddings, relevance, valid, nonneg, block, backend, max_dense_bytes,
+                     *, required):
   check_nonneg_method(nonneg)
   native.check_backend(backend)
   block = check_block(block)
+  max_dense_bytes = checks.static_int(max_dense_bytes, "max_dense_bytes")
   e = unit_embeddings(embeddings)
   v = checks.check_valid(valid, e.shape[0])
   rel = checked_relevance(relevance, e.shape[0], v, e.dtype, required=required)
   return cls(candidates=e, items=e, item_valid=v, relevance=rel, valid=v, block=block,
-             nonneg=nonneg, backend=backend)
+             nonneg=nonneg, backend=backend, max_dense_bytes=max_dense_bytes)
 
 
 def facility_location_from_embeddings(embeddings, relevance=None, *, valid=None,
                                       nonneg: str = "clip", block: int = 256,
-                                      backend: str = "auto") -> EmbeddingFacilityLocation:
+                                      backend: str = "auto",
+                                      max_dense_bytes: int = DENSE_GREEDY_BYTES
+                                      ) -> EmbeddingFacilityLocation:
   """Matrix-free facility location on the cosine similarity of `embeddings` `[N, D]`.
 
   The same objective as `jaxsel.facility_location(jaxsel.cosine_similarity(embeddings,
@@ -132,16 +156,23 @@ def facility_location_from_embeddings(embeddings, relevance=None, *, valid=None,
       ``"square"`` (see `jaxsel.nonnegative`).
     block: candidates whose similarity rows are in memory at once (`[block, Q, N]`).
     backend: where each block's gains are computed (as in `jaxsel.facility_location`).
+    max_dense_bytes: dense and lazy `jaxsel.greedy` on the CPU compute the whole `[N, N]`
+      similarity once, for the native greedy kernel, where it takes at most this many bytes
+      (default 256 MiB, N = 8192 in float32; per problem under `vmap`); 0 never does.
+      The fastest path from embeddings; the picks are those of the blocked path up to float
+      rounding.
   """
   return _from_embeddings(EmbeddingFacilityLocation, embeddings, relevance, valid, nonneg,
-                          block, backend, required=False)
+                          block, backend, max_dense_bytes, required=False)
 
 
 def saturated_coverage_from_embeddings(embeddings, relevance, *, valid=None,
                                        nonneg: str = "clip", block: int = 256,
-                                       backend: str = "auto") -> EmbeddingSaturatedCoverage:
+                                       backend: str = "auto",
+                                       max_dense_bytes: int = DENSE_GREEDY_BYTES
+                                       ) -> EmbeddingSaturatedCoverage:
   """Matrix-free saturated coverage: `jaxsel.saturated_coverage` on the cosine similarity
   of `embeddings` `[N, D]` without the `[N, N]` matrix. Arguments as in
   `facility_location_from_embeddings`; `relevance` `[Q, N]` is required."""
   return _from_embeddings(EmbeddingSaturatedCoverage, embeddings, relevance, valid, nonneg,
-                          block, backend, required=True)
+                          block, backend, max_dense_bytes, required=True)

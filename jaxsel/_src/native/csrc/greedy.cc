@@ -18,6 +18,7 @@
 #include <utility>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.h"
@@ -239,10 +240,11 @@ ffi::Error CoverGains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer 
 // budget − spent (float32 arithmetic, as jnp does it), and with `ratio` the criterion is
 // gain / cost (a free candidate with a positive gain: +inf; with none: 0).
 //
-// rows [..., N, N], w [..., Q, N] (facility location: relevance r_qj, ignored unless
-// weighted; saturated coverage: the levels r_qi), valid [..., N] pred, costs [..., N] f32
-// (ignored unless has_costs), budget [...] f32, min_gain [...] (−inf: none) → indices [..., K] s32, gains [..., K], values [..., K], count [...] s32,
-// cost [...] f32.
+// rows [..., N, N] (candidate-major; item-major where `item_major`), w [..., Q, N] (facility
+// location: relevance r_qj, ignored unless weighted; saturated coverage: the levels r_qi),
+// valid [..., N] pred, costs [..., N] f32 (ignored unless has_costs), budget [...] f32,
+// min_gain [...] (−inf: none) → indices [..., K] s32, gains [..., K], values [..., K],
+// count [...] s32, cost [...] f32.
 template <typename T>
 struct Best {
   T crit = -std::numeric_limits<T>::infinity();
@@ -416,13 +418,27 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
   return taken;
 }
 
+// dst[j, i] = src[i, j] for the rows j in [lo, hi) of dst [N, N], in cache-sized tiles.
+template <typename T>
+void TransposeRows(const T* __restrict src, T* __restrict dst, int64_t N, int64_t lo, int64_t hi) {
+  constexpr int64_t kTile = 32;
+  for (int64_t jb = lo; jb < hi; jb += kTile) {
+    const int64_t je = std::min(jb + kTile, hi);
+    for (int64_t ib = 0; ib < N; ib += kTile) {
+      const int64_t ie = std::min(ib + kTile, N);
+      for (int64_t j = jb; j < je; ++j)
+        for (int64_t i = ib; i < ie; ++i) dst[j * N + i] = src[i * N + j];
+    }
+  }
+}
+
 template <typename T>
 ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, ffi::Buffer<ffi::PRED> valid,
                   ffi::Buffer<ffi::F32> costs, ffi::Buffer<ffi::F32> budget, ffi::AnyBuffer min_gain,
                   ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                   ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
                   ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
-                  bool ratio, bool saturated) {
+                  bool ratio, bool saturated, bool item_major) {
   auto rd = rows.dimensions(), wd = w.dimensions(), vd = valid.dimensions(), md = min_gain.dimensions();
   auto kd = costs.dimensions(), bd = budget.dimensions();
   auto od = indices->dimensions();
@@ -452,8 +468,26 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   // Spread problems over the threads when there are enough of them, else each step's rows.
   const bool by_problem = batch.count >= 2 * threads || N * N * Q < (int64_t(1) << 18);
   auto pfor = [&](int64_t total, int64_t grain, const auto& fn) { ParallelFor(pool, total, grain, fn); };
+  // Item-major input (rows[b, i, j] = s_ij: an objective built inside jit hands the kernel its
+  // input as it came, so XLA makes no transposed copy of the batch): each problem is transposed
+  // into a scratch buffer first, in cache for a small problem, and solved as candidate-major.
+  std::vector<T> whole;  // one large problem's transpose, made on all threads
+  if (item_major && !by_problem && batch.count > 0) whole.resize(N * N);
+  auto matrix = [&](int64_t b) -> const T* {
+    const T* src = rp + batch.Offset(b, rd, N * N);
+    if (!item_major) return src;
+    if (!by_problem) {
+      pfor(N, std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, N)),
+           [&](int64_t lo, int64_t hi) { TransposeRows<T>(src, whole.data(), N, lo, hi); });
+      return whole.data();
+    }
+    thread_local std::vector<T> scratch;
+    if (static_cast<int64_t>(scratch.size()) < N * N) scratch.resize(N * N);
+    TransposeRows<T>(src, scratch.data(), N, 0, N);
+    return scratch.data();
+  };
   auto solve = [&](int64_t b) {
-    cp[b] = SolveOne<T>(pr, rp + batch.Offset(b, rd, N * N), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
+    cp[b] = SolveOne<T>(pr, matrix(b), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
                         vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
                         bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
                         ip + b * K, gp + b * K, xp + b * K, sp + b);
@@ -473,17 +507,17 @@ ffi::Error CoverGreedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer
                        ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
                        ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
-                       bool ratio, bool saturated) {
+                       bool ratio, bool saturated, bool item_major) {
   auto t = rows.element_type();
   if (w.element_type() != t || min_gain.element_type() != t || gains->element_type() != t ||
       values->element_type() != t)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: mixed dtypes");
   if (t == ffi::DataType::F32)
     return Greedy<float>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                         weighted, lazy, has_costs, ratio, saturated);
+                         weighted, lazy, has_costs, ratio, saturated, item_major);
   if (t == ffi::DataType::F64)
     return Greedy<double>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                          weighted, lazy, has_costs, ratio, saturated);
+                          weighted, lazy, has_costs, ratio, saturated, item_major);
   return ffi::Error::InvalidArgument("jaxsel_cover_greedy: float32 or float64 only");
 }
 
@@ -517,4 +551,278 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, CoverGreedy,
                                   .Attr<bool>("lazy")
                                   .Attr<bool>("has_costs")
                                   .Attr<bool>("ratio")
-                                  .Attr<bool>("saturated"));
+                                  .Attr<bool>("saturated")
+                                  .Attr<bool>("item_major"));
+
+// ---------------------------------------------------------------------------------------------
+// Host-side preparation of a similarity matrix in host memory (a NumPy array), called through
+// ctypes, not XLA: the input checks (finite, least entry) and the candidate-major copy (the
+// transpose, a dtype conversion, the valid mask) in one pass over the matrix.
+
+namespace jaxsel_host {
+
+typedef float F8 __attribute__((vector_size(32)));
+typedef double D8 __attribute__((vector_size(64)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+typedef int64_t L8 __attribute__((vector_size(64)));
+
+template <typename I> struct V8;
+template <> struct V8<float> { typedef F8 type; typedef I8 mask; };
+template <> struct V8<double> { typedef D8 type; typedef L8 mask; };
+
+template <typename V>
+inline void StoreU(void* p, V v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+// Running statistics of the input: least entry (NaN ignored) and whether any is NaN/inf.
+template <typename I>
+struct Stats {
+  typedef typename V8<I>::type V;
+  typedef typename V8<I>::mask M;
+  V mn;
+  M bad = {};
+  I mn1 = std::numeric_limits<I>::infinity();
+  bool bad1 = false;
+  Stats() { mn = V{} + std::numeric_limits<I>::infinity(); }
+  inline void Add(V x) {
+    mn = x < mn ? x : mn;
+    V d = x - x;  // 0 for finite entries, NaN for NaN and ±inf
+    bad |= (d != d);
+  }
+  inline void Add1(I x) {
+    mn1 = x < mn1 ? x : mn1;
+    bad1 |= !(x - x == 0);
+  }
+  I Min() const {
+    I m = mn1;
+    for (int l = 0; l < 8; ++l) m = mn[l] < m ? mn[l] : m;
+    return m;
+  }
+  bool Bad() const {
+    bool b = bad1;
+    for (int l = 0; l < 8; ++l) b |= bad[l] != 0;
+    return b;
+  }
+};
+
+inline F8 ToF8(F8 x) { return x; }
+inline F8 ToF8(D8 x) { return __builtin_convertvector(x, F8); }
+
+// Columns of the 8 x 8 block whose rows are r[0..7].
+inline void Transpose8(F8* r) {
+  F8 t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t1 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 t4 = __builtin_shufflevector(r[4], r[5], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t5 = __builtin_shufflevector(r[4], r[5], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 t6 = __builtin_shufflevector(r[6], r[7], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t7 = __builtin_shufflevector(r[6], r[7], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 u0 = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u1 = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+  F8 u2 = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u3 = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+  F8 u4 = __builtin_shufflevector(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u5 = __builtin_shufflevector(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+  F8 u6 = __builtin_shufflevector(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u7 = __builtin_shufflevector(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+  r[0] = __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[4] = __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+  r[1] = __builtin_shufflevector(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[5] = __builtin_shufflevector(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+  r[2] = __builtin_shufflevector(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[6] = __builtin_shufflevector(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+  r[3] = __builtin_shufflevector(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[7] = __builtin_shufflevector(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+// Output rows [lo, hi) of `out` [n, n], or with out == nullptr a check of input rows [lo, hi).
+// transpose: out[j, i] = in[i, j], else in[j, i]; with `valid` (or nullptr) an entry in an
+// invalid row or column is written as zero. Returns bit 1 when an input entry is NaN/inf and
+// bit 2 when a written entry is (a float64 beyond float32's range); *min_out is the least
+// input entry seen (NaN ignored).
+template <typename I, typename O>
+int32_t Prepare(const I* __restrict in, O* __restrict out, int64_t n, int64_t lo, int64_t hi,
+                bool transpose, const uint8_t* __restrict valid, double* min_out) {
+  typedef typename V8<I>::type V;
+  Stats<I> st;
+  bool bad_out = false;
+  auto put = [&](O* dst, I x, bool keep) {
+    const O y = keep ? static_cast<O>(x) : O(0);
+    bad_out |= !(y - y == 0);
+    *dst = y;
+  };
+  if (out == nullptr || !transpose || !std::is_same<O, float>::value) {
+    if (out != nullptr && transpose) {  // float64 output (x64): a plain tiled transpose
+      constexpr int64_t T = 32;
+      for (int64_t jb = lo; jb < hi; jb += T)
+        for (int64_t ib = 0; ib < n; ib += T)
+          for (int64_t j = jb; j < std::min(jb + T, hi); ++j)
+            for (int64_t i = ib; i < std::min(ib + T, n); ++i) {
+              const I x = in[i * n + j];
+              st.Add1(x);
+              put(out + j * n + i, x, valid == nullptr || (valid[i] && valid[j]));
+            }
+    } else {
+      for (int64_t j = lo; j < hi; ++j) {
+        const I* src = in + j * n;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) st.Add(Load<V>(src + i));
+        for (; i < n; ++i) st.Add1(src[i]);
+        if (out == nullptr) continue;
+        O* dst = out + j * n;
+        if (valid == nullptr && std::is_same<I, O>::value) {
+          std::memcpy(dst, src, n * sizeof(O));
+        } else {
+          for (i = 0; i < n; ++i) put(dst + i, src[i], valid == nullptr || (valid[i] && valid[j]));
+        }
+      }
+    }
+  } else {
+    // 8 x 8 blocks transposed in registers; a strip of 16 output rows reads whole 64-byte
+    // lines of 8 input rows at a time.
+    float* o = reinterpret_cast<float*>(out);
+    F8 bad8 = {};
+    // Tiles of 64 output rows x 128 input rows: few enough pages for the TLB.
+    constexpr int64_t TJ = 256, TI = 256;
+    const int64_t j8 = lo + (hi - lo) / 8 * 8, i8 = n / 8 * 8;
+    for (int64_t jb = lo; jb < j8; jb += TJ) {
+      const int64_t je = std::min(jb + TJ, j8);
+      for (int64_t ib = 0; ib < i8; ib += TI) {
+        const int64_t ie = std::min(ib + TI, i8);
+        for (int64_t j0 = jb; j0 < je; j0 += 8) {
+          for (int64_t i0 = ib; i0 < ie; i0 += 8) {
+            F8 r[8];
+            for (int k = 0; k < 8; ++k) {
+              V x = Load<V>(in + (i0 + k) * n + j0);
+              st.Add(x);
+              r[k] = ToF8(x);
+            }
+            Transpose8(r);
+            for (int c = 0; c < 8; ++c) {
+              F8 y = r[c];
+              if (valid != nullptr) {
+                F8 keep;
+                for (int l = 0; l < 8; ++l) keep[l] = (valid[j0 + c] && valid[i0 + l]) ? 1.0f : 0.0f;
+                y = keep != 0 ? y : F8{};
+              }
+              bad8 += y - y;
+              StoreU(o + (j0 + c) * n + i0, y);
+            }
+          }
+        }
+      }
+    }
+    // The ragged edges: input rows past the last multiple of 8, output rows past j8.
+    for (int64_t i = i8; i < n; ++i)
+      for (int64_t j = lo; j < j8; ++j) {
+        const I x = in[i * n + j];
+        st.Add1(x);
+        put(out + j * n + i, x, valid == nullptr || (valid[i] && valid[j]));
+      }
+    for (int64_t j = j8; j < hi; ++j)
+      for (int64_t i = 0; i < n; ++i) {
+        const I x = in[i * n + j];
+        st.Add1(x);
+        put(out + j * n + i, x, valid == nullptr || (valid[i] && valid[j]));
+      }
+    for (int l = 0; l < 8; ++l) bad_out |= bad8[l] != 0;
+  }
+  *min_out = static_cast<double>(st.Min());
+  return (st.Bad() ? 1 : 0) | (bad_out ? 2 : 0);
+}
+
+// Whether in[i, j] == in[j, i] for the rows i in [lo, hi) and every j > i (tiles of 8 x 8
+// compared in registers), with the statistics of rows [lo, hi). Stops early (returning bit 4)
+// at the first difference, or when *stop becomes non-zero (another range found one).
+template <typename I>
+int32_t Symmetric(const I* __restrict in, int64_t n, int64_t lo, int64_t hi, const volatile int32_t* stop,
+                  double* min_out) {
+  typedef typename V8<I>::type V;
+  Stats<I> st;
+  for (int64_t i0 = lo; i0 < hi; i0 += 8) {
+    if (*stop) return 4;
+    const int64_t ie = std::min(i0 + 8, hi);
+    for (int64_t i = i0; i < ie; ++i) {
+      const I* row = in + i * n;
+      int64_t j = 0;
+      for (; j + 8 <= n; j += 8) st.Add(Load<V>(row + j));
+      for (; j < n; ++j) st.Add1(row[j]);
+    }
+    if (ie - i0 == 8) {
+      // The diagonal block and the blocks right of it, against the blocks below it.
+      int64_t j0 = i0;
+      for (; j0 + 8 <= n; j0 += 8) {
+        F8 a[8], b[8];
+        for (int k = 0; k < 8; ++k) {
+          a[k] = ToF8(Load<V>(in + (i0 + k) * n + j0));
+          b[k] = ToF8(Load<V>(in + (j0 + k) * n + i0));
+        }
+        Transpose8(a);
+        I8 diff = {};
+        for (int k = 0; k < 8; ++k) diff |= (a[k] != b[k]) & ((a[k] == a[k]) | (b[k] == b[k]));
+        bool any = false;
+        for (int l = 0; l < 8; ++l) any |= diff[l] != 0;
+        if (any) return 4;
+        if (std::is_same<I, double>::value) {  // float32 images agree; the float64 values must too
+          for (int k = 0; k < 8; ++k)
+            for (int c = 0; c < 8; ++c)
+              if (in[(i0 + k) * n + j0 + c] != in[(j0 + c) * n + i0 + k]) return 4;
+        }
+      }
+      for (int64_t i = i0; i < ie; ++i)
+        for (int64_t j = j0; j < n; ++j)
+          if (in[i * n + j] != in[j * n + i]) return 4;
+    } else {
+      for (int64_t i = i0; i < ie; ++i)
+        for (int64_t j = i + 1; j < n; ++j)
+          if (in[i * n + j] != in[j * n + i]) return 4;
+    }
+  }
+  *min_out = static_cast<double>(st.Min());
+  return st.Bad() ? 1 : 0;
+}
+
+}  // namespace jaxsel_host
+
+// `count` problems [count, n, n] one after another (valid: [count, n]); rows [lo, hi) of each.
+extern "C" int32_t JaxselHostPrepare(const void* in, int32_t in_f64, void* out, int32_t out_f64, int64_t n,
+                                     int64_t count, int64_t lo, int64_t hi, int32_t transpose,
+                                     const uint8_t* valid, double* min_out) {
+  using jaxsel_host::Prepare;
+  int32_t flags = 0;
+  double mn = std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t off = b * n * n;
+    const uint8_t* v = valid == nullptr ? nullptr : valid + b * n;
+    double m = mn;
+    if (in_f64) {
+      const double* x = static_cast<const double*>(in) + off;
+      flags |= out_f64 ? Prepare<double, double>(x, static_cast<double*>(out) + off, n, lo, hi, transpose, v, &m)
+                       : Prepare<double, float>(x, static_cast<float*>(out) + off, n, lo, hi, transpose, v, &m);
+    } else {
+      if (out_f64) return -1;
+      flags |= Prepare<float, float>(static_cast<const float*>(in) + off, static_cast<float*>(out) + off, n, lo,
+                                     hi, transpose, v, &m);
+    }
+    mn = m < mn ? m : mn;
+  }
+  *min_out = mn;
+  return flags;
+}
+
+extern "C" int32_t JaxselHostSymmetric(const void* in, int32_t in_f64, int64_t n, int64_t count, int64_t lo,
+                                       int64_t hi, const int32_t* stop, double* min_out) {
+  using jaxsel_host::Symmetric;
+  int32_t flags = 0;
+  double mn = std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < count && !(flags & 4); ++b) {
+    double m = mn;
+    flags |= in_f64 ? Symmetric<double>(static_cast<const double*>(in) + b * n * n, n, lo, hi, stop, &m)
+                    : Symmetric<float>(static_cast<const float*>(in) + b * n * n, n, lo, hi, stop, &m);
+    mn = m < mn ? m : mn;
+  }
+  *min_out = mn;
+  return flags;
+}
