@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-ADAPTERS = [("llama_index", "llama_index", "llama-index"), ("langchain", "langchain_core", "langchain"),
-            ("haystack", "haystack", "haystack")]
+# (adapter module, the framework module it checks for, the extra)
+ADAPTERS = [("llama_index", "llama_index.core", "llama-index"),
+            ("langchain", "langchain_core", "langchain"), ("haystack", "haystack", "haystack")]
 
 
 def test_the_package_imports_no_framework():
@@ -21,7 +22,7 @@ def test_the_package_imports_no_framework():
 
 @pytest.mark.parametrize("adapter, framework, extra", ADAPTERS)
 def test_a_missing_framework_names_the_extra(adapter, framework, extra, monkeypatch):
-  monkeypatch.setitem(sys.modules, framework, None)  # as if not installed
+  monkeypatch.setitem(sys.modules, framework, None)  # as if not installed (even when imported)
   monkeypatch.delitem(sys.modules, f"jaxsel.integrations.{adapter}", raising=False)
   with pytest.raises(ImportError, match=f'pip install "jaxsel\\[{extra}\\]"'):
     importlib.import_module(f"jaxsel.integrations.{adapter}")
