@@ -2,19 +2,28 @@
 
 Not a test. Everything runs in one process on the same similarity matrices:
 
-* single problem: dense precomputed similarity `[N, N]`, k = 100, N in {1000, 4000, 10000};
-  jaxsel ``dense`` and ``lazy`` against apricot (``naive``, ``lazy``; as shipped and with its
-  numba kernels compiled once) and submodlib (``NaiveGreedy``, ``LazyGreedy``);
-* batch: 512 queries x 100 passages, k = 10, jaxsel ``jit(vmap(greedy))`` against each peer
-  in a Python loop;
+* single problem: clustered embeddings `E` `[N, 64]` and their clipped cosine `S` `[N, N]`
+  (a NumPy float32 array, as a caller has it), k = 100, N in {1000, 4000, 10000}:
+  - solve only: jaxsel ``lazy`` on the objective built once (native CPU kernel, and the XLA
+    path that accelerators run) against apricot's lazy greedy (numba kernels compiled once)
+    and submodlib's ``LazyGreedy``; and, slower, dense greedy and the naive/as-shipped peers;
+  - end to end, from the arrays a caller has: `greedy(facility_location(S))` (checks and
+    layout included), and from the embeddings `greedy(facility_location_from_embeddings(E))`
+    and `greedy(facility_location(cosine_similarity(E)))` against apricot's NumPy cosine +
+    fit;
+* batch: 512 queries x 100 passages, k = 10, `jit(vmap(greedy))` solve only, and end to end
+  in the form JAX code has it: `jit(vmap(lambda s: greedy(coverage(s), k).indices))` on a
+  device array; each peer in a Python loop;
 * the memory-bandwidth floor of dense greedy: each step streams the whole `[N, N]` matrix
-  once, so it cannot beat `k·N²·4 bytes / read bandwidth` (measured here).
+  once, so it cannot beat `k·N²·4 bytes / read bandwidth` (measured on this device).
 
-Times are medians of repeated runs (the machine is shared and noisy); jaxsel's compile time
-is shown separately. Run from the repository root:
+The rows of a table are timed in interleaved rounds (every row once per round) and reported
+as medians, so they share the machine's load; ratios are within one table. Run from the
+repository root:
 
   .venv/bin/python bench/greedy.py                 # full run (about 15-25 min on 2 cores)
   .venv/bin/python bench/greedy.py --quick         # N in {500, 1000}, small batch, smoke run
+  .venv/bin/python bench/greedy.py --sizes 4000 10000 --skip-slow --repeats 7   # the goals
 """
 
 from __future__ import annotations
@@ -55,10 +64,25 @@ def timed(fn, *, repeats: int, budget_s: float):
 
 
 def _native_state() -> str:
-  """Whether jaxsel's C++ greedy kernels are in use (built now if they were not yet)."""
-  from jaxsel._src.objectives import dense as objectives
-  objectives._native_applies(np.zeros((2, 2), np.float32))
-  return _native.status().get("greedy", "not asked for")
+  """Whether jaxsel's C++ greedy kernels are loaded (and why not)."""
+  return _native.status() if jax.default_backend() == "cpu" else f"not used on {jax.default_backend()}"
+
+
+def interleaved(fns: dict, *, repeats: int, budget_s: float) -> dict:
+  """Times every callable of `fns` once per round, round after round (so all of them see the
+  same machine load), up to `repeats` rounds or until `budget_s` is spent; each is run once
+  first, untimed (compiles). Returns name -> (times, last output)."""
+  out = {name: ([], jax.block_until_ready(fn())) for name, fn in fns.items()}
+  start = time.perf_counter()
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      t = time.perf_counter()
+      res = jax.block_until_ready(fn())
+      out[name][0].append(time.perf_counter() - t)
+      out[name] = (out[name][0], res)
+    if time.perf_counter() - start > budget_s:
+      break
+  return out
 
 
 def med(times) -> float:
@@ -138,74 +162,89 @@ def streaming_floor(x: jax.Array, k: int) -> jax.Array:
   return jax.lax.fori_loop(0, k, body, jnp.zeros((), x.dtype))
 
 
-def single(n: int, k: int, repeats: int, peers: list[str], slow_max_n: int, budget_s: float):
+def _picks(x) -> np.ndarray:
+  return np.asarray(jax.block_until_ready(x.indices if hasattr(x, "indices") else x))
+
+
+def single(n: int, k: int, repeats: int, peers: list[str], slow_max_n: int, budget_s: float,
+           skip_slow: bool):
+  """One problem of N passages: solve-only rows (the objective built once) and end-to-end
+  rows (from the arrays a caller has: the NumPy matrix, or the embeddings), interleaved."""
   rng = np.random.default_rng(n)
-  sim = cosine(embeddings(rng, n))  # [N, N] float32, symmetric
+  emb = embeddings(rng, n).astype(np.float32)  # [N, D]
+  sim = cosine(emb)  # [N, N] float32, symmetric (NumPy's allocation: 16-byte aligned)
   sim64 = sim.astype(np.float64)  # apricot's kernels take float64 only
-  rows, ref = [], None
+  cpu = jax.default_backend() == "cpu"
   load0 = load()
 
   t = time.perf_counter()
-  obj = jaxsel.facility_location(sim)
-  jax.block_until_ready(obj)
-  prep = time.perf_counter() - t
+  obj = jax.block_until_ready(jaxsel.facility_location(sim))
+  first_build = time.perf_counter() - t
   floor = jax.jit(streaming_floor, static_argnames="k")
-  floor(obj.sim_t, k=k).block_until_ready()
-  floor_times = []
-  for method, native in (("dense", True), ("lazy", True), ("dense", False), ("lazy", False)):
-    # Native: the C++ kernels (CPU default); "XLA path": the pure-JAX code with them off
-    # (what saturated coverage and accelerators run).
-    ctx = contextlib.nullcontext() if native else _native.disabled()
-    ctx.__enter__()
-    def run():
-      if method == "dense" and native:  # interleaved, so the floor sees the same machine load
-        t = time.perf_counter()
-        floor(obj.sim_t, k=k).block_until_ready()
-        floor_times.append(time.perf_counter() - t)
-      t = time.perf_counter()
-      out = jax.block_until_ready(jaxsel.greedy(obj, k=k, method=method))
-      return time.perf_counter() - t, out
-    t = time.perf_counter()
-    jax.block_until_ready(jaxsel.greedy(obj, k=k, method=method))
-    first_s = time.perf_counter() - t
-    _, runs = timed(run, repeats=repeats, budget_s=budget_s)
-    times, out = [r[0] for r in runs], runs[-1][1]
-    picks = np.asarray(out.indices)
-    if ref is None:
-      ref = picks
-    ctx.__exit__(None, None, None)
-    rows.append(dict(lib="jaxsel", method=method if native else f"{method} (XLA path)", median=med(times),
-                     runs=len(times), compile=max(first_s - med(times), 0.0), prep=prep,
-                     same=float((picks == ref).mean())))
-
-  def peer(lib, method, fn, *, runs=repeats):
-    times, outs = timed(fn, repeats=runs, budget_s=budget_s)
-    picks = outs[-1]
-    rows.append(dict(lib=lib, method=method, median=med(times), runs=len(times),
-                     same=float((picks[:k] == ref).mean())))
-
+  paths = [("auto", "native")] if cpu else []
+  paths.append(("xla", "XLA path"))
+  fast = {}  # name -> (group, callable)
+  for backend, label in paths:
+    fast[f"lazy ({label})"] = ("solve", lambda b=backend: jaxsel.greedy(obj, k=k, backend=b))
+  fast["dense floor loop"] = ("floor", lambda: floor(obj.sim_t, k=k))
+  fast["construction: facility_location(S)"] = ("build", lambda: jaxsel.facility_location(sim))
+  fast["lazy from the NumPy matrix: facility_location(S) + greedy"] = (
+      "e2e", lambda: jaxsel.greedy(jaxsel.facility_location(sim), k=k))
+  fast["lazy from embeddings: facility_location_from_embeddings(E) + greedy"] = (
+      "e2e-emb", lambda: jaxsel.greedy(jaxsel.facility_location_from_embeddings(emb), k=k))
+  fast["lazy from embeddings: facility_location(cosine_similarity(E)) + greedy"] = (
+      "e2e-emb", lambda: jaxsel.greedy(jaxsel.facility_location(jaxsel.cosine_similarity(emb)), k=k))
   if "apricot" in peers:
-    for opt in ("naive", "lazy"):
-      if opt == "naive" and n > slow_max_n:
-        rows.append(dict(lib="apricot", method=f"{opt} (as shipped)", skipped=True))
-      else:
-        peer("apricot", f"{opt} (as shipped)", lambda: apricot_fit(sim64, k, opt), runs=min(repeats, 2))
-      with apricot_kernels_compiled_once():
-        apricot_fit(sim64[:50, :50], 5, opt)  # compile once, outside the timing
-        peer("apricot", f"{opt} (kernels compiled once)", lambda: apricot_fit(sim64, k, opt))
+    ctx = apricot_kernels_compiled_once()
+    ctx.__enter__()
+    apricot_fit(sim64[:50, :50], 5, "lazy")  # compile once, outside the timing
+    fast["apricot lazy (kernels compiled once)"] = ("peer", lambda: apricot_fit(sim64, k, "lazy"))
+    fast["apricot lazy from embeddings: NumPy cosine + fit (compiled once)"] = (
+        "peer-emb", lambda: apricot_fit(cosine(emb).astype(np.float64), k, "lazy"))
   if "submodlib" in peers:
-    for opt in ("NaiveGreedy", "LazyGreedy"):
-      if opt == "NaiveGreedy" and n > slow_max_n:
-        rows.append(dict(lib="submodlib", method=opt, skipped=True))
-        continue
-      peer("submodlib", opt, lambda: submodlib_fit(sim, k, opt))
-  return rows, dict(load_start=load0, load_end=load(), n=n, floor_s=med(floor_times))
+    fast["submodlib LazyGreedy"] = ("peer", lambda: submodlib_fit(sim, k, "LazyGreedy"))
+  res = interleaved({name: fn for name, (_, fn) in fast.items()}, repeats=repeats, budget_s=budget_s)
+  if "apricot" in peers:
+    ctx.__exit__(None, None, None)
+
+  slow = {}
+  if not skip_slow:
+    for backend, label in paths:
+      slow[f"dense ({label})"] = ("solve", lambda b=backend: jaxsel.greedy(obj, k=k, method="dense", backend=b))
+    if n <= slow_max_n:
+      if "apricot" in peers:
+        for opt in ("naive", "lazy"):
+          slow[f"apricot {opt} (as shipped)"] = ("peer", lambda o=opt: apricot_fit(sim64, k, o))
+      if "submodlib" in peers:
+        slow["submodlib NaiveGreedy"] = ("peer", lambda: submodlib_fit(sim, k, "NaiveGreedy"))
+    if "apricot" in peers:
+      with apricot_kernels_compiled_once():
+        apricot_fit(sim64[:50, :50], 5, "naive")
+        r = interleaved({"apricot naive (kernels compiled once)": lambda: apricot_fit(sim64, k, "naive")},
+                        repeats=max(1, repeats // 2), budget_s=budget_s)
+      res.update(r)
+      slow["apricot naive (kernels compiled once)"] = ("peer", None)
+    res.update(interleaved({name: fn for name, (_, fn) in slow.items() if fn is not None},
+                           repeats=max(1, repeats // 2), budget_s=budget_s))
+  groups = {name: g for name, (g, _) in {**fast, **slow}.items()}
+  ref = _picks(res[f"lazy ({paths[0][1]})"][1])
+  rows = []
+  for name, (times, out) in res.items():
+    g = groups[name]
+    if g in ("floor", "build"):
+      continue
+    picks = _picks(out)[:k]
+    rows.append(dict(name=name, group=g, median=med(times), runs=len(times),
+                     same=float((picks == ref).mean())))
+  info = dict(load_start=load0, load_end=load(), n=n, floor_s=med(res["dense floor loop"][0]),
+              build_s=med(res["construction: facility_location(S)"][0]), first_build_s=first_build)
+  return rows, info
 
 
 def batch(b: int, n: int, k: int, repeats: int, peers: list[str], budget_s: float, shipped_sample: int):
   """`b` queries, each with `n` retrieved passages; the similarity handed to every library is
   relevance-weighted facility location, `S[i, j] = r_j · s_ij` (query relevance times
-  passage-passage similarity)."""
+  passage-passage similarity: not symmetric)."""
   rng = np.random.default_rng(1)
   topics = rng.normal(size=(b, 1, 64))
   passages = topics + 0.9 * rng.normal(size=(b, n, 64))  # [B, N, D]
@@ -214,89 +253,82 @@ def batch(b: int, n: int, k: int, repeats: int, peers: list[str], budget_s: floa
   r = cosine(queries[:, None, :], passages)[:, 0]  # [B, N]
   sims = (s * r[:, None, :]).astype(np.float32)  # item-major: [b, i, j] = r_j s_ij
   cand64 = np.swapaxes(sims, -1, -2).astype(np.float64)  # apricot's layout, row = candidate
-  rows, ref = [], None
+  dev = jax.device_put(sims)
   load0 = load()
+  cpu = jax.default_backend() == "cpu"
 
-  built = jaxsel.facility_location(sims)
-  for method, prebuilt, native in (("dense", False, True), ("lazy", False, True), ("dense", True, True),
-                                   ("lazy", True, True), ("dense", True, False)):
-    ctx = contextlib.nullcontext() if native else _native.disabled()
-    ctx.__enter__()
-    solve = jax.jit(jax.vmap(lambda o: jaxsel.greedy(o, k=k, method=method)))
-    run = lambda: jax.block_until_ready(solve(built if prebuilt else jaxsel.facility_location(sims)))
-    t = time.perf_counter()
-    run()
-    first_s = time.perf_counter() - t
-    times, outs = timed(run, repeats=repeats, budget_s=budget_s)
-    picks = np.asarray(outs[-1].indices)
-    if ref is None:
-      ref = picks
-    ctx.__exit__(None, None, None)
-    what = "objective built once, solve only" if prebuilt else "objective built from NumPy + solve"
-    what += "" if native else "; XLA path"
-    rows.append(dict(lib="jaxsel", method=f"{method} (jit+vmap; {what})", median=med(times), runs=len(times),
-                     compile=max(first_s - med(times), 0.0), same=float((picks == ref).mean())))
+  built = jaxsel.coverage(sims)
+  fns = {}
+  for method in ("lazy", "dense"):
+    for backend in (("auto", "xla") if cpu and method == "dense" else ("auto",)):
+      tag = "" if backend == "auto" else "; XLA path"
+      solve = jax.jit(jax.vmap(lambda o, m=method, be=backend: jaxsel.greedy(o, k=k, method=m, backend=be).indices))
+      fns[(f"{method} (jit+vmap; objective built once, solve only{tag})", "solve")] = lambda f=solve: f(built)
+  inside = jax.jit(jax.vmap(lambda s: jaxsel.greedy(jaxsel.coverage(s), k=k).indices))
+  fns[("lazy, in jit from a device array: jit(vmap(lambda s: greedy(coverage(s), k).indices))", "e2e")] = \
+      lambda: inside(dev)
+  from_np = jax.jit(jax.vmap(lambda o: jaxsel.greedy(o, k=k).indices))
+  fns[("lazy, from NumPy: coverage(sims) + jit(vmap(greedy))", "e2e")] = lambda: from_np(jaxsel.coverage(sims))
 
   def loop(fn, m):
     return np.stack([fn(i) for i in range(m)])
 
-  def peer(lib, method, fn, *, m=b, runs=repeats):
-    times, outs = timed(lambda: loop(fn, m), repeats=runs, budget_s=budget_s)
-    picks = outs[-1]
-    scale = b / m
-    rows.append(dict(lib=lib, method=method + ("" if m == b else f" (est. from {m} problems)"),
-                     median=med(times) * scale, runs=len(times), same=float((picks == ref[:m]).mean())))
-
   if "apricot" in peers:
-    for opt in ("naive", "lazy"):
-      peer("apricot", f"{opt} (as shipped)", lambda i: apricot_fit(cand64[i], k, opt), m=shipped_sample, runs=1)
-      with apricot_kernels_compiled_once():
-        apricot_fit(cand64[0], k, opt)
-        peer("apricot", f"{opt} (kernels compiled once)", lambda i: apricot_fit(cand64[i], k, opt))
+    ctx = apricot_kernels_compiled_once()
+    ctx.__enter__()
+    apricot_fit(cand64[0], k, "lazy")
+    fns[("apricot lazy (kernels compiled once), Python loop", "peer")] = \
+        lambda: loop(lambda i: apricot_fit(cand64[i], k, "lazy"), b)
   if "submodlib" in peers:
     # submodlib is item x candidate: the item-major matrix `sims`; constructing the function
     # object is part of each problem's cost.
-    for opt in ("NaiveGreedy", "LazyGreedy"):
-      peer("submodlib", opt, lambda i: submodlib_fit(np.ascontiguousarray(sims[i]), k, opt))
+    fns[("submodlib LazyGreedy, Python loop", "peer")] = \
+        lambda: loop(lambda i: submodlib_fit(np.ascontiguousarray(sims[i]), k, "LazyGreedy"), b)
+  res = interleaved({name: fn for (name, _), fn in fns.items()}, repeats=repeats, budget_s=budget_s)
+  if "apricot" in peers:
+    ctx.__exit__(None, None, None)
+  groups = {name: g for (name, g) in fns}
+  ref = _picks(res[next(iter(res))][1])
+  rows = [dict(name=name, group=groups[name], median=med(t), runs=len(t),
+               same=float((_picks(out) == ref).mean())) for name, (t, out) in res.items()]
+  if "submodlib" in peers:
+    t, out = timed(lambda: loop(lambda i: submodlib_fit(np.ascontiguousarray(sims[i]), k, "NaiveGreedy"), b),
+                   repeats=max(1, repeats // 2), budget_s=budget_s)
+    rows.append(dict(name="submodlib NaiveGreedy, Python loop", group="peer", median=med(t), runs=len(t),
+                     same=float((out[-1] == ref).mean())))
   return rows, dict(load_start=load0, load_end=load(), b=b, n=n)
 
 
 # --- report ----------------------------------------------------------------------------------
 
-def best_peer(rows):
-  peers = [r for r in rows if r["lib"] != "jaxsel" and not r.get("skipped")]
-  return min(peers, key=lambda r: r["median"]) if peers else None
-
-
 def table(title, rows, info, floor_s=None) -> str:
-  best = best_peer(rows)
+  peers = [r for r in rows if r["group"].startswith("peer")]
+  best = {}
+  for g in ("peer", "peer-emb"):
+    cand = [r for r in peers if r["group"] == g]
+    if cand:
+      best[g] = min(cand, key=lambda r: r["median"])
   out = [f"### {title}", "",
-         f"load (1-min average) {info['load_start']:.1f} at start, {info['load_end']:.1f} at end"
-         + (f"; best peer: {best['lib']} {best['method']}" if best else ""), "",
-         "| library | method | median s | runs | compile s | same picks | jaxsel / best peer | vs floor |",
-         "|---|---|---:|---:|---:|---:|---:|---:|"]
+         f"load (1-min average) {info['load_start']:.1f} at start, {info['load_end']:.1f} at end; "
+         "rows of one table were timed in interleaved rounds (medians)", "",
+         "| what | median s | runs | same picks | best peer / this | vs floor |",
+         "|---|---:|---:|---:|---:|---:|"]
   for r in rows:
-    if r.get("skipped"):
-      out.append(f"| {r['lib']} | {r['method']} | skipped (too slow at this N) | | | | | |")
-      continue
-    ratio = f"{r['median'] / best['median']:.3f} ({best['median'] / r['median']:.1f}x faster)" \
-        if best and r["lib"] == "jaxsel" else ""
-    floor = f"{r['median'] / floor_s:.2f}x" if floor_s and r["lib"] == "jaxsel" and r["method"].startswith("dense") else ""
-    comp = f"{r['compile']:.2f}" if "compile" in r else ""
-    out.append(f"| {r['lib']} | {r['method']} | {r['median']:.4f} | {r['runs']} | {comp} | "
-               f"{r['same']:.2f} | {ratio} | {floor} |")
-  prep = [r["prep"] for r in rows if "prep" in r]
-  if prep:
-    out += ["", f"jaxsel objective construction (`facility_location` from the NumPy matrix: checks "
-            f"+ candidate-major copy), once per matrix, not in the medians above: {prep[0]:.3f} s."]
-    lazy = [r for r in rows if r["lib"] == "jaxsel" and r["method"] == "lazy"]
-    if best and lazy:
-      total = prep[0] + lazy[0]["median"]
-      out += [f"End to end (construction + lazy solve, what a caller with a NumPy matrix waits): "
-              f"{total:.3f} s, {best['median'] / total:.1f}x faster than the best peer."]
+    against = best.get("peer-emb" if r["group"] in ("e2e-emb", "peer-emb") else "peer")
+    ratio = f"**{against['median'] / r['median']:.1f}x**" if against and not r["group"].startswith("peer") else ""
+    fl = f"{r['median'] / floor_s:.2f}x" if floor_s and r["name"].startswith("dense") else ""
+    out.append(f"| {r['name']} | {r['median']:.4f} | {r['runs']} | {r['same']:.2f} | {ratio} | {fl} |")
+  out.append("")
+  if best:
+    out.append("best peer: " + "; ".join(f"{g}: {b['name']} {b['median']:.4f} s" for g, b in best.items())
+               + " (from-embeddings rows are compared with the peer's own from-embeddings row).")
+  if "build_s" in info:
+    out.append(f"construction alone (`facility_location(S)` from the NumPy matrix: one checking pass "
+               f"that finds the matrix symmetric, then the copy into aligned memory): "
+               f"{info['build_s']:.4f} s (first call {info['first_build_s']:.4f} s).")
   if floor_s:
-    out += [f"dense floor k·N²·4 B / bandwidth = {floor_s:.4f} s (a jitted loop reading the "
-            f"matrix k times, reducing along the contiguous axis)."]
+    out.append(f"dense floor k·N²·4 B / bandwidth = {floor_s:.4f} s (a jitted loop reading the "
+               f"matrix k times, reducing along the contiguous axis).")
   return "\n".join(out) + "\n"
 
 
@@ -316,6 +348,8 @@ def main(argv=None):
   p.add_argument("--peers", nargs="*", default=["apricot", "submodlib"])
   p.add_argument("--skip-single", action="store_true")
   p.add_argument("--skip-batch", action="store_true")
+  p.add_argument("--skip-slow", action="store_true",
+                 help="only the interleaved rows: no dense solves, naive or as-shipped peers")
   p.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
   p.add_argument("--out", help="also write the markdown report to this file")
   a = p.parse_args(argv)
@@ -341,7 +375,7 @@ def main(argv=None):
   if not a.skip_single:
     for n in a.sizes:
       bw = bandwidth(n, a.repeats)
-      rows, info = single(n, a.k, a.repeats, peers, a.slow_max_n, a.budget_s)
+      rows, info = single(n, a.k, a.repeats, peers, a.slow_max_n, a.budget_s, a.skip_slow)
       floor_s = info["floor_s"]
       t = table(f"single problem: N = {n}, k = {a.k}", rows, info, floor_s)
       t += (f"read bandwidth: {a.k * n * n * 4 / 1e9 / floor_s:.1f} GB/s from the k-pass streaming "
@@ -352,8 +386,8 @@ def main(argv=None):
   if not a.skip_batch:
     rows, info = batch(a.batch, a.passages, a.batch_k, a.repeats, peers, a.budget_s, a.shipped_sample)
     t = table(f"batch: {a.batch} queries x {a.passages} passages, k = {a.batch_k}", rows, info)
-    t += ("\njaxsel rows say whether the batched objective is built from the NumPy matrices "
-          "inside the timing; peer loops include building each peer object.\n")
+    t += ("\njaxsel rows say whether the batched objective is built inside the timing; peer "
+          "loops include building each peer object.\n")
     print(t, flush=True)
     report.append(t)
   if a.out:
