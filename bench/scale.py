@@ -1,15 +1,20 @@
-"""Scale benchmark: time and peak memory of greedy facility location against N (dense vs
-matrix-free vs sparse kNN) and against the number of (forced) CPU devices.
+"""Scale benchmark. Three suites, each measurement in its own subprocess reporting its own
+peak resident memory (`ru_maxrss`), so one configuration's memory never hides another's.
 
-  python bench/scale.py                 # full run (N up to 100,000; ~15 min on 2 cores)
-  python bench/scale.py --quick         # smoke run (small N)
-  python bench/scale.py --sizes 1000,10000 --forms matrix_free,knn
+* ``graph`` (default): end to end from embeddings: build a kNN graph (exact, or approximate
+  through faiss) and run lazy greedy coverage on it (`jaxsel.knn_facility_location`, k picks).
+  Approximate graphs report recall@m against the exact graph and the value of their picks on
+  the exact graph's objective relative to the exact graph's own picks. The exact build also
+  reports its GFLOP/s against NumPy's matmul of the same tiles, measured just before it.
+* ``forms``: greedy coverage against N for the dense, matrix-free and kNN objectives.
+* ``devices``: candidate- and data-parallel greedy against the number of forced CPU devices.
 
-Every measurement runs in its own subprocess, which reports its own peak resident memory
-(`ru_maxrss`), so one configuration's memory never hides another's. Data: clustered unit
-embeddings (`--dim`, default 384 as all-MiniLM-L6-v2), coverage `f(S) = Σ_i max_{j∈S} s_ij`
-with clipped cosine similarity, lazy greedy, `k` picks. The peer of each row is named in
-the table: matrix-free and kNN against dense where dense fits, devices against 1 device.
+  python bench/scale.py                                   # graph suite at 10k and 100k
+  python bench/scale.py --sizes 1000000 --methods ivf,hnsw --exact-max 0   # 1M, no exact
+  python bench/scale.py --suite forms,devices --quick     # the older sweeps, small N
+
+Data: clustered unit embeddings (`--dim`, default 384 as all-MiniLM-L6-v2), coverage
+`f(S) = Σ_i max_{j∈S} s_ij` with clipped cosine similarity, `k` picks (default 100).
 """
 
 from __future__ import annotations
@@ -86,6 +91,90 @@ def child_size(cfg: dict) -> dict:
   return out
 
 
+GRAPH_DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "jaxsel-scale")
+
+
+def _exact_path(n: int, m: int, dim: int) -> str:
+  return os.path.join(GRAPH_DIR, f"exact-n{n}-m{m}-d{dim}.npz")
+
+
+def _cpu_s() -> float:
+  return time.process_time()  # every thread of this process: BLAS, XLA, faiss
+
+
+def child_matmul(cfg: dict) -> dict:
+  """NumPy's matmul of the exact build's tile shape ([block, D] @ [D, block]), best of a few
+  seconds: the machine's BLAS rate at this moment."""
+  import numpy as np
+  rng = np.random.default_rng(0)
+  a = rng.normal(size=(cfg["block"], cfg["dim"])).astype(np.float32)
+  b = rng.normal(size=(cfg["block"], cfg["dim"])).astype(np.float32)
+  best, t_end = 0.0, time.perf_counter() + cfg.get("seconds", 3.0)
+  while time.perf_counter() < t_end:
+    t0 = time.perf_counter()
+    for _ in range(4):
+      a @ b.T
+    best = max(best, 4 * 2 * cfg["block"] ** 2 * cfg["dim"] / (time.perf_counter() - t0) / 1e9)
+  return dict(gflops=best)
+
+
+def _sampled_recall(emb, neighbors, m: int, rows: int = 1000) -> float:
+  """Recall@m of `neighbors` on `rows` random rows, against brute force (clipped cosine)."""
+  import numpy as np
+  e = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+  q = np.random.default_rng(1).choice(len(e), min(rows, len(e)), replace=False)
+  hits = 0
+  for i in range(0, len(q), 64):
+    s = np.maximum(e[q[i:i + 64]] @ e.T, 0)
+    truth = np.argpartition(-s, m - 1, axis=1)[:, :m]
+    hits += sum(len(np.intersect1d(t, neighbors[j])) for t, j in zip(truth, q[i:i + 64]))
+  return hits / (len(q) * m)
+
+
+def child_graph(cfg: dict) -> dict:
+  """One (N, graph method) point: build the graph from embeddings, greedy on it; then (after
+  the peak memory is read) recall and the picks valued on the exact graph's objective."""
+  import jax
+  import jaxsel
+  import numpy as np
+  n, m, k, method = cfg["n"], cfg["m"], cfg["k"], cfg["method"]
+  emb = _embeddings(n, cfg["dim"])
+  base = _rss_mb()
+  c0, t0 = _cpu_s(), time.perf_counter()
+  if method == "exact-xla":  # the device build, forced by tracing (what runs on an accelerator)
+    graph = jax.jit(lambda e: jaxsel.knn_graph(e, m=m, block=1024))(emb)
+  else:
+    graph = jaxsel.knn_graph(emb, m=m, method=method, progress=False)
+  _block(graph)
+  t1 = time.perf_counter()
+  obj = jaxsel.knn_facility_location(graph)
+  sel = _block(jaxsel.greedy(obj, k=k))
+  t2, c2 = time.perf_counter(), _cpu_s()
+  out = dict(build_s=t1 - t0, select_s=t2 - t1, cpu_s=c2 - c0, rss_mb=_rss_mb(), base_rss_mb=base,
+             value=float(sel.values[-1]), picks=np.asarray(sel.indices).tolist())
+  neighbors = np.asarray(graph.neighbors)
+  path = _exact_path(n, m, cfg["dim"])
+  if method == "exact":
+    os.makedirs(GRAPH_DIR, exist_ok=True)
+    np.savez(path, neighbors=neighbors, similarities=np.asarray(graph.similarities),
+             picks=np.asarray(sel.indices))
+  elif os.path.exists(path):
+    ref = np.load(path)
+    exact_obj = jaxsel.knn_facility_location(jaxsel.KnnGraph(ref["neighbors"], ref["similarities"]))
+    value = jax.jit(lambda o, s: o.value(s))
+    mask = np.zeros(n, bool)
+    mask[np.asarray(sel.indices)] = True
+    ref_mask = np.zeros(n, bool)
+    ref_mask[ref["picks"]] = True
+    out["rel_value"] = float(value(exact_obj, mask) / value(exact_obj, ref_mask))
+    nb = ref["neighbors"]
+    out["recall"] = float(np.mean([len(np.intersect1d(a, b)) for a, b in zip(neighbors, nb)]) / m)
+    out["same_picks"] = out["picks"] == ref["picks"].tolist()
+  if "recall" not in out and method != "exact":
+    out["recall_sampled"] = _sampled_recall(emb, neighbors, m)
+  return out
+
+
 def child_devices(cfg: dict) -> dict:
   """Candidate-parallel greedy on `devices` forced CPU devices, and data-parallel greedy."""
   import jax
@@ -128,14 +217,59 @@ def _run_child(kind: str, cfg: dict, devices: int = 1) -> dict:
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def graph_suite(args) -> dict:
+  """The end-to-end table: kNN graph + lazy greedy, per N and graph method."""
+  sizes = ([int(x) for x in args.sizes.split(",")] if args.sizes else
+           [2000, 5000] if args.quick else [10_000, 100_000])
+  methods = args.methods.split(",")
+  k = min(args.k, min(sizes))
+  results = {}
+  print(f"## kNN graph + lazy greedy coverage (D={args.dim}, m={args.m}, k={k})\n")
+  print("| N | graph | build s | greedy s (incl. compile) | total s | CPU s | peak RSS MB | "
+        "RSS over start MB | recall@m | f(picks) / f(exact graph's picks) | picks = exact's | "
+        "load avg |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  for n in sizes:
+    for method in methods:
+      if method.startswith("exact") and n > args.exact_max:
+        continue
+      extra = ""
+      if method == "exact":
+        mm = _run_child("matmul", dict(block=2048, dim=args.dim))
+        extra = f" — NumPy matmul of its tiles: {mm.get('gflops', float('nan')):.0f} GFLOP/s"
+      load = os.getloadavg()[0]
+      r = _run_child("graph", dict(n=n, dim=args.dim, m=args.m, k=k, method=method))
+      results[f"{n}/{method}"] = r
+      if "error" in r:
+        print(f"| {n:,} | {method} | error: {r['error'][:100]} |", flush=True)
+        continue
+      if method.startswith("exact"):  # GFLOP/s of the full N²·D product (the host build does half)
+        extra = f" (exact: {2 * n * n * args.dim / r['build_s'] / 1e9:.0f} GFLOP/s of E·Eᵀ{extra})"
+      recall = (f"{r['recall']:.4f}" if "recall" in r else
+                f"{r['recall_sampled']:.4f} (1000 rows)" if "recall_sampled" in r else "—")
+      rel = f"{r['rel_value']:.4f}" if "rel_value" in r else "—"
+      same = "—" if "same_picks" not in r else ("yes" if r["same_picks"] else "no")
+      print(f"| {n:,} | {method}{extra} | {r['build_s']:.1f} | {r['select_s']:.1f} | "
+            f"{r['build_s'] + r['select_s']:.1f} | {r['cpu_s']:.0f} | {r['rss_mb']:.0f} | "
+            f"{r['rss_mb'] - r['base_rss_mb']:.0f} | {recall} | {rel} | {same} | "
+            f"{load:.1f}–{os.getloadavg()[0]:.1f} |", flush=True)
+  return results
+
+
 def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--suite", default="graph", help="comma-separated: graph, forms, devices")
   p.add_argument("--quick", action="store_true", help="small sizes only")
-  p.add_argument("--sizes", default=None, help="comma-separated N (default 1000..100000)")
+  p.add_argument("--sizes", default=None,
+                 help="comma-separated N (graph: 10000,100000; forms: 1000..100000)")
+  p.add_argument("--methods", default="exact,ivf,hnsw",
+                 help="graph suite: exact, exact-xla (the device build, under jit), ivf, hnsw")
+  p.add_argument("--exact-max", type=int, default=100_000,
+                 help="largest N for the exact graph (1M: about an hour on 2 idle cores)")
   p.add_argument("--forms", default=",".join(FORMS))
   p.add_argument("--dim", type=int, default=384)
   p.add_argument("--k", type=int, default=100)
-  p.add_argument("--m", type=int, default=32, help="neighbours per item for the kNN form")
+  p.add_argument("--m", type=int, default=32, help="neighbours per item of the kNN graphs")
   p.add_argument("--devices", default="1,2,8")
   p.add_argument("--device-n", type=int, default=10_000, help="N for the device sweep")
   p.add_argument("--out", default=None, help="write the raw results as JSON here")
@@ -143,14 +277,25 @@ def main(argv=None) -> None:
   args = p.parse_args(argv)
   if args.child:
     kind, cfg = args.child[0], json.loads(args.child[1])
-    print(json.dumps((child_size if kind == "size" else child_devices)(cfg)))
+    children = dict(size=child_size, devices=child_devices, graph=child_graph, matmul=child_matmul)
+    print(json.dumps(children[kind](cfg)))
     return
+  suites = args.suite.split(",")
+  results = {"graph": graph_suite(args) if "graph" in suites else {}, "sizes": {}, "devices": {}}
+  if "forms" in suites:
+    forms_suite(args, results)
+  if "devices" in suites:
+    devices_suite(args, results)
+  if args.out:
+    with open(args.out, "w") as f:
+      json.dump(results, f)
 
+
+def forms_suite(args, results: dict) -> None:
   sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes else
            [500, 2000] if args.quick else [1000, 3000, 10_000, 30_000, 100_000])
   forms = args.forms.split(",")
   k = min(args.k, min(sizes))
-  results = {"sizes": {}, "devices": {}}
   print(f"## N sweep (D={args.dim}, k={k}, m={args.m}, coverage; greedy method per form)\n")
   print("| N | form | method | build s | greedy s (incl. compile) | peak RSS MB | "
         "RSS over start MB | arrays MB (theory) | picks = peer | f(picks) / f(peer picks) | peer |")
@@ -181,6 +326,9 @@ def main(argv=None) -> None:
             f"{ratio} | {peer or '—'} |", flush=True)
     results["sizes"][n] = row
 
+
+def devices_suite(args, results: dict) -> None:
+  k = min(args.k, 100)
   devs = [int(x) for x in args.devices.split(",")]
   dn = 2000 if args.quick else args.device_n
   print(f"\n## Device sweep (forced CPU devices on this machine's cores; N={dn:,}, k={k})\n")
@@ -203,9 +351,6 @@ def main(argv=None) -> None:
             f"{'yes' if r['picks'] == ref['picks'] else 'no'} | "
             f"{r['batch_s']:.2f} ({r['batch_s'] / ref['batch_s']:.2f}×) | "
             f"{'yes' if r['batch_picks'] == ref['batch_picks'] else 'no'} |", flush=True)
-  if args.out:
-    with open(args.out, "w") as f:
-      json.dump(results, f)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def _faiss():
 
 def settings(method: str, options: Optional[Mapping[str, Any]], n: int) -> dict:
   """The index settings: `DEFAULTS[method](n)` updated by `options` (checked, before any work)."""
+  _faiss()
   out = DEFAULTS[method](max(n, 1))
   if options is None:
     return out
@@ -63,7 +64,6 @@ def settings(method: str, options: Optional[Mapping[str, Any]], n: int) -> dict:
     out["nlist"] = min(out["nlist"], max(n, 1))
     out["nprobe"] = min(out["nprobe"], out["nlist"])
     out["train_size"] = min(max(out["train_size"], out["nlist"]), max(n, 1))
-  _faiss()
   return out
 
 
