@@ -5,9 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench notebooks dist clean
 
-$(STAMP): pyproject.toml
+# setup.py and csrc/: the native kernels are built when jaxsel is installed.
+$(STAMP): pyproject.toml setup.py $(wildcard jaxsel/_src/native/csrc/*)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU torch (PyTorch parity tests only); pinned so pip takes the CPU wheel.
@@ -30,5 +31,13 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/greedy.py
 
+# Executes the notebooks in place (full inputs), so they read with outputs on the web / Colab.
+notebooks: $(STAMP)
+	$(PY) notebooks/execute.py notebooks/*.ipynb
+
+# A wheel of this repository in dist/ (what the notebooks' install cell takes when uploaded).
+dist: $(STAMP)
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info jaxsel/_src/native/_kernels_*

@@ -13,7 +13,33 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.i
 
 
 def test_the_notebooks_are_there():
-  assert {p.stem for p in NOTEBOOKS} >= {"text_selection", "passage_reranking", "corag"}
+  assert {p.stem for p in NOTEBOOKS} >= {"text_selection", "passage_reranking", "corag",
+                                         "framework_adapters"}
+
+
+def _install_cell(path):
+  nb = nbformat.read(path, as_version=4)
+  return nb.cells[[c.cell_type for c in nb.cells].index("code")].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_install_cell_installs_what_this_repository_builds(path, tmp_path, monkeypatch):
+  """From a checkout, the first cell installs the checkout itself; next to a `make dist`
+  wheel, that wheel; elsewhere the package name (no guessed repository URL)."""
+  cell = _install_cell(path)
+  assert "github.com" not in cell
+  ns = {}
+  exec(cell.split("if importlib.util.find_spec")[0], ns)  # the definitions, not the install
+  monkeypatch.delenv("JAXSEL_SOURCE", raising=False)
+  monkeypatch.chdir(path.parent)
+  assert ns["jaxsel_source"]() == str(path.parent.parent)
+  monkeypatch.chdir(tmp_path)
+  assert ns["jaxsel_source"]() == "jaxsel"
+  (tmp_path / "dist").mkdir()
+  (tmp_path / "dist" / "jaxsel-0.2.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
+  assert ns["jaxsel_source"]() == "dist/jaxsel-0.2.0-cp311-cp311-linux_x86_64.whl"
+  monkeypatch.setenv("JAXSEL_SOURCE", "/somewhere/jaxsel")
+  assert ns["jaxsel_source"]() == "/somewhere/jaxsel"
 
 
 @pytest.fixture(scope="module")
