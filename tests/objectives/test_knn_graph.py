@@ -85,7 +85,8 @@ def test_exact_graph_on_random_data_and_without_locality_order():
   listed = np.maximum(np.einsum("nd,nmd->nm", e, e[np.asarray(g.neighbors)]), 0)
   np.testing.assert_allclose(listed, g.similarities, rtol=1e-5, atol=1e-6)
   assert (np.asarray(g.neighbors) == want_nb).mean() > 0.99  # near-ties may swap
-  unordered = knn_exact.exact_top_m(e, m, "clip", tile=64, progress=False, order=False)
+  unordered = knn_exact.exact_top_m(emb, np.arange(700), m, "clip", tile=64, progress=False,
+                                    order=False)
   np.testing.assert_array_equal(unordered[0], np.asarray(g.neighbors))
 
 

@@ -18,18 +18,20 @@ from typing import Any, Mapping, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxsel._src.objectives.knn_exact import transform
+from jaxsel._src.objectives.knn_exact import transform, unit_rows
 
 _CHUNKS = 32  # progress steps per phase
 
 
 def _ivf_defaults(n: int) -> dict:
-  nlist = max(1, min(round(4 * math.sqrt(n)), n // 40))
-  return dict(nlist=nlist, nprobe=min(nlist, 16), train_size=min(n, 64 * nlist))
+  # Cells of ~sqrt(N)/2 items: the k-means training and the assignment (O(N·nlist·D), BLAS)
+  # balance the scan of nprobe cells per item (O(N·nprobe·N/nlist·D)).
+  nlist = max(1, min(round(2 * math.sqrt(n)), n // 40))
+  return dict(nlist=nlist, nprobe=min(nlist, 16), train_size=min(n, 40 * nlist), train_iters=10)
 
 
 def _hnsw_defaults(n: int) -> dict:
-  return dict(M=32, ef_construction=64, ef_search=96)
+  return dict(M=16, ef_construction=40, ef_search=64)
 
 
 DEFAULTS = {"ivf": _ivf_defaults, "hnsw": _hnsw_defaults}
@@ -67,21 +69,22 @@ def settings(method: str, options: Optional[Mapping[str, Any]], n: int) -> dict:
   return out
 
 
-def approximate_top_m(e: np.ndarray, m: int, nonneg: str, *, method: str, settings: dict,
-                      progress: bool):
-  """Approximate top-`m` neighbours of each row of unit-norm float32 `e` `[n, D]`.
+def approximate_top_m(e: np.ndarray, rows: np.ndarray, m: int, nonneg: str, *, method: str,
+                      settings: dict, progress: bool):
+  """Approximate top-`m` neighbours of each of the rows `rows` `[n]` of `e` `[N, D]` among
+  those rows, by cosine similarity.
 
   Returns:
-    `(index [n, m] int64, value [n, m])` as `knn_exact.exact_top_m`: value descending, ties to
-    the lowest index; -1 / -inf where the index found fewer than m.
+    `(index [n, m] int64, value [n, m])` as `knn_exact.exact_top_m`: positions in `rows`,
+    value descending, ties to the lowest index; -1 / -inf where the index found fewer than m.
   """
   faiss = _faiss()
-  n, d = e.shape
+  n, d = len(rows), e.shape[1]
   index_ = np.full((n, m), -1, np.int64)
   value = np.full((n, m), -np.inf, np.float32)
   if n == 0:
     return index_, value
-  e = np.ascontiguousarray(e, np.float32)
+  e = unit_rows(e, rows)
   chunk = max(1, -(-n // _CHUNKS))
   with tqdm(total=2 * n, desc=f"{method} kNN graph", unit="item", disable=not progress,
             leave=False) as bar:
@@ -89,6 +92,7 @@ def approximate_top_m(e: np.ndarray, m: int, nonneg: str, *, method: str, settin
       quantizer = faiss.IndexFlatIP(d)
       index = faiss.IndexIVFFlat(quantizer, d, settings["nlist"], faiss.METRIC_INNER_PRODUCT)
       rng = np.random.default_rng(0)
+      index.cp.niter = settings["train_iters"]
       index.train(e[np.sort(rng.choice(n, settings["train_size"], replace=False))])
       index.nprobe = settings["nprobe"]
     else:

@@ -137,7 +137,7 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
       `block` rows against all N on an accelerator or under `jit`.
     progress: a tqdm bar over the build; None shows it from N = 20,000 on.
     options: settings of the approximate index (defaults in `jaxsel._src.objectives.ann`):
-      ``"ivf"``: ``nlist``, ``nprobe``, ``train_size``; ``"hnsw"``: ``M``,
+      ``"ivf"``: ``nlist``, ``nprobe``, ``train_size``, ``train_iters``; ``"hnsw"``: ``M``,
       ``ef_construction``, ``ef_search``.
 
   Returns:
@@ -178,13 +178,11 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
   v = np.asarray(checks.check_valid(valid, n))
   ann_settings = None if method == "exact" else ann.settings(method, options, int(v.sum()))
   show = progress if progress is not None else n >= _PROGRESS_MIN_N
-  e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), np.float32(1e-12))
   ids = np.flatnonzero(v)
-  ev = np.ascontiguousarray(e[ids]) if len(ids) < n else e
   if method == "exact":
-    index, value = knn_exact.exact_top_m(ev, m, nonneg, tile=block, progress=show)
+    index, value = knn_exact.exact_top_m(e, ids, m, nonneg, tile=block, progress=show)
   else:
-    index, value = ann.approximate_top_m(ev, m, nonneg, method=method, settings=ann_settings,
+    index, value = ann.approximate_top_m(e, ids, m, nonneg, method=method, settings=ann_settings,
                                          progress=show)
   neighbors = np.full((n, m), -1, np.int32)
   similarities = np.zeros((n, m), np.float32)

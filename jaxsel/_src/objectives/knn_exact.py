@@ -42,15 +42,23 @@ def transform(s: np.ndarray, nonneg: str) -> np.ndarray:
   return s
 
 
-def locality_order(e: np.ndarray, tile: int, seed: int = 0) -> np.ndarray:
-  """A permutation `[n]` of the rows grouping similar rows: rows sorted by their nearest of
-  `~4·n/tile` centroids (a few Lloyd steps of spherical k-means on a sample)."""
-  n = e.shape[0]
+def unit_rows(e: np.ndarray, rows: np.ndarray) -> np.ndarray:
+  """`e[rows]` scaled to unit length, a new float32 array (as `jaxsel.nonnegative`'s
+  caller `l2_normalize` scales: a zero row stays zero)."""
+  out = np.asarray(e[rows], np.float32)
+  out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.float32(1e-12))
+  return out
+
+
+def locality_order(e: np.ndarray, rows: np.ndarray, tile: int, seed: int = 0) -> np.ndarray:
+  """A permutation `[n]` of `rows` positions grouping similar rows of `e`: sorted by their
+  nearest of `~4·n/tile` centroids (a few Lloyd steps of spherical k-means on a sample)."""
+  n = len(rows)
   c = min(n, max(1, _CENTROIDS_PER_TILE * -(-n // tile)))
   if n <= tile or c < 2:
     return np.arange(n)
   rng = np.random.default_rng(seed)
-  sample = e[rng.choice(n, min(n, c * _SAMPLE_PER_CENTROID), replace=False)]
+  sample = unit_rows(e, rows[np.sort(rng.choice(n, min(n, c * _SAMPLE_PER_CENTROID), replace=False))])
   centers = sample[rng.choice(len(sample), c, replace=False)].copy()
   for _ in range(_LLOYD_STEPS):
     near = np.argmax(sample @ centers.T, axis=1)
@@ -58,7 +66,9 @@ def locality_order(e: np.ndarray, tile: int, seed: int = 0) -> np.ndarray:
     np.add.at(sums, near, sample)
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     centers = np.where(norms > 0, sums / np.maximum(norms, 1e-30), centers)
-  near = np.concatenate([np.argmax(e[i:i + 8192] @ centers.T, axis=1) for i in range(0, n, 8192)])
+  # A row's nearest centroid does not depend on its length: no normalised copy of all rows.
+  near = np.concatenate([np.argmax(e[rows[i:i + 8192]] @ centers.T, axis=1)
+                         for i in range(0, n, 8192)])
   return np.argsort(near, kind="stable")
 
 
@@ -142,20 +152,21 @@ class _Selection:
       self._raise()
 
 
-def exact_top_m(e: np.ndarray, m: int, nonneg: str, *, tile: int, progress: bool,
-                order: bool = True, overlap: bool = True):
-  """Exact top-`m` neighbours of each row of unit-norm `e` `[n, D]` among all rows.
+def exact_top_m(e: np.ndarray, rows: np.ndarray, m: int, nonneg: str, *, tile: int,
+                progress: bool, order: bool = True, overlap: bool = True):
+  """Exact top-`m` neighbours of each of the rows `rows` `[n]` (increasing) of `e` `[N, D]`
+  among those rows, by cosine similarity (rows normalised here, in one float32 copy).
 
   Returns:
-    `(index [n, m] int64, value [n, m])`: row j's neighbours by `nonnegative(e_j · e_i)`
-    descending, ties to the lowest i; `-1` / `-inf` where n < m.
+    `(index [n, m] int64, value [n, m])`: positions in `rows` of row j's neighbours by
+    `nonnegative(cos(e_j, e_i))` descending, ties to the lowest i; `-1` / `-inf` where n < m.
   """
-  n = e.shape[0]
-  perm = locality_order(e, tile) if order else np.arange(n)
-  ep = np.ascontiguousarray(e[perm])
+  n = len(rows)
+  perm = locality_order(e, rows, tile) if order else np.arange(n)
+  ep = unit_rows(e, rows[perm])
   bounds = [(t * tile, min(n, (t + 1) * tile)) for t in range(-(-n // tile))]
   tiles = [(b, b) for b in bounds] + [(b, c) for i, b in enumerate(bounds) for c in bounds[i + 1:]]
-  sel = _Selection(n, m, perm, nonneg, e.dtype, len(bounds))
+  sel = _Selection(n, m, perm, nonneg, ep.dtype, len(bounds))
   with tqdm(total=len(tiles), desc="exact kNN graph", unit="tile", disable=not progress,
             leave=False) as bar, ThreadPoolExecutor(1) as pool:
     pending = None
@@ -172,7 +183,7 @@ def exact_top_m(e: np.ndarray, m: int, nonneg: str, *, tile: int, progress: bool
       bar.update()
   sel.top.merge()
   index = np.full((n, m), -1, np.int64)
-  value = np.full((n, m), -np.inf, e.dtype)
+  value = np.full((n, m), -np.inf, ep.dtype)
   index[perm] = np.where(sel.top.index >= 0, perm[np.maximum(sel.top.index, 0)], -1)
   value[perm] = sel.top.value
   return index, value
