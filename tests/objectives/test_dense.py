@@ -183,16 +183,21 @@ def test_symmetric_input_is_used_without_a_copy(n):
   np.testing.assert_array_equal(jaxsel.coverage(unaligned).sim_t, sim)
   for symmetric in (None, True, False):
     np.testing.assert_array_equal(jaxsel.coverage(sim, symmetric=symmetric).sim_t, sim)
+  assert jaxsel.coverage(dev, symmetric=True).sim_t is dev
+  assert jaxsel.coverage(aligned, symmetric=True).sim_t.unsafe_buffer_pointer() == aligned.ctypes.data
   if n > 1:
     asym = sim.copy()
     asym[n - 1, 0] += 0.25
     for built in (jaxsel.coverage(asym), jaxsel.coverage(jnp.asarray(asym)),
                   jaxsel.coverage(asym, symmetric=False)):
       np.testing.assert_array_equal(built.sim_t, asym.T)
-    with pytest.raises(ValueError, match="not symmetric"):
-      jaxsel.coverage(asym, symmetric=True)
-    with pytest.raises(ValueError, match="not symmetric"):
-      jaxsel.coverage(jnp.asarray(asym), symmetric=True)
+    # A promise is not verified: the objective of the matrix as given, rows as candidates.
+    np.testing.assert_array_equal(jaxsel.coverage(asym, symmetric=True).sim_t, asym)
+    neg = sim.copy()
+    neg[0, n - 1] = neg[n - 1, 0] = -0.5
+    for s in (neg, jnp.asarray(neg)):
+      with pytest.raises(ValueError, match="nonnegative"):
+        jaxsel.coverage(s, symmetric=True)
 
 
 @pytest.mark.parametrize("shape", [(5, 5), (4, 9, 9), (70, 70), (3, 130, 130)])

@@ -185,30 +185,29 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
 
   With the native host kernels (`native.greedy.host_copy`): one pass checks and writes the
   transposed copy into a 64-byte aligned buffer, which `jax.device_put` then shares. A
-  symmetric matrix needs no transpose; found symmetric (`symmetric` None: one comparing pass
-  that stops at the first difference) or promised (`True`, verified the same way), it is
-  used as it is where no copy is needed (float `dtype` already, no mask, aligned memory or
-  `keep`, the jax.Array it views) and copied straight otherwise. `dtype` is the device dtype
-  (`checks.host_float_dtype`)."""
+  symmetric matrix needs no transpose: promised (`symmetric=True`) it is checked and used as
+  it is where no copy is needed (`dtype` already, no mask, aligned memory or `keep`, the
+  jax.Array it views), copied straight otherwise; where it could be used as it is,
+  `symmetric=None` first finds out (one comparing pass that stops at the first difference,
+  measured slower than a copy, so not done where a copy is needed anyway). `dtype` is the
+  device dtype (`checks.host_float_dtype`)."""
   masked = valid is not None and not valid.all()
   if not sim.size:
     return jax.device_put(np.zeros(sim.shape, dtype))
   if not native_greedy.host_applies(sim, dtype):
-    if symmetric:
-      _check_symmetric_numpy(sim)
     checks.check_finite(sim, "similarity")
     checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
     return _numpy_candidate_major(sim, valid if masked else None, dtype, transpose=not symmetric)
-  sym = False
-  if symmetric is not False:
-    sym, least, bad = native_greedy.host_symmetric(sim)
-    if symmetric and not sym:
-      raise ValueError("`symmetric=True` but `similarity` is not symmetric (s_ij != s_ji for "
-                       "some i, j); leave `symmetric` unset.")
+  as_is = sim.dtype == dtype and not masked and (keep is not None or sim.ctypes.data % 64 == 0)
+  sym = bool(symmetric)
+  if as_is and symmetric is not False:
+    if symmetric:
+      least, bad, _ = native_greedy.host_copy(sim, None, transpose=False, valid=None)
+    else:
+      sym, least, bad = native_greedy.host_symmetric(sim)
     if sym:
       _raise_bad(sim, least, bad)
-      if sim.dtype == dtype and not masked and (keep is not None or sim.ctypes.data % 64 == 0):
-        return keep if keep is not None else jax.device_put(sim)
+      return keep if keep is not None else jax.device_put(sim)
   out = checks.aligned_empty(sim.shape, dtype)
   least, bad_in, bad_out = native_greedy.host_copy(sim, out, transpose=not sym,
                                                    valid=valid if masked else None)
@@ -216,12 +215,6 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
   if bad_out:  # float64 → float32 without x64: a huge finite value became inf
     checks.check_finite(out, "similarity (as float32)")
   return jax.device_put(out)
-
-
-def _check_symmetric_numpy(sim: np.ndarray) -> None:
-  if not np.array_equal(sim, np.swapaxes(sim, -1, -2)):
-    raise ValueError("`symmetric=True` but `similarity` is not symmetric (s_ij != s_ji for "
-                     "some i, j); leave `symmetric` unset.")
 
 
 def _numpy_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype, *,
@@ -288,9 +281,6 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool, symmetric: O
     sim_t = _host_candidate_major(host, None if valid is None else np.asarray(v), host_dtype,
                                   symmetric, keep)
   else:
-    if symmetric and checks.is_concrete(sim) and not bool(jnp.all(sim == jnp.swapaxes(sim, -1, -2))):
-      raise ValueError("`symmetric=True` but `similarity` is not symmetric (s_ij != s_ji for "
-                       "some i, j); leave `symmetric` unset.")
     if valid is not None:  # v_i & v_j is symmetric: masking before the transpose is the same
       sim = jnp.where(v[..., :, None] & v[..., None, :], sim, 0)
     if symmetric:
@@ -316,9 +306,11 @@ def facility_location(similarity, relevance=None, *, valid=None, symmetric: Opti
       `None` gives plain coverage.
     valid: bool `[N]`; padded candidates are never selected and never counted.
     symmetric: whether `s_ij = s_ji` (cosine similarity is), which saves the candidate-major
-      copy: ``None`` (default) finds out on concrete inputs (one pass that stops at the first
-      difference) and transposes traced ones; ``True`` promises it (verified on concrete
-      inputs, a `ValueError` if not; trusted inside `jit`); ``False`` always transposes.
+      copy. ``True`` is the caller's promise, not verified (a matrix that is not symmetric
+      then gives the objective of its transpose); ``None`` (default) finds out on concrete
+      inputs where that can save the copy (a CPU `jax.Array`, or 64-byte aligned NumPy
+      memory, of the device dtype, without a mask) and transposes otherwise; ``False``
+      always transposes.
     backend: where gains are computed: ``"auto"`` (the native CPU kernels where they apply),
       ``"native"`` or ``"xla"`` (`jaxsel.greedy(backend=...)` can override it).
   Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.
