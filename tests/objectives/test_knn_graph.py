@@ -96,7 +96,8 @@ def test_fewer_valid_items_than_m():
   valid[[2, 5, 7]] = True
   g = jaxsel.knn_graph(emb, m=5, valid=valid)
   _assert_graph(g, *brute_top_m(emb, 5, valid))
-  assert (np.asarray(g.neighbors)[~valid] == -1).all() and (np.asarray(g.neighbors)[valid, 3:] == -1).all()
+  nb = np.asarray(g.neighbors)
+  assert (nb[~valid] == -1).all() and (nb[valid, 3:] == -1).all()
   none = jaxsel.knn_graph(emb, m=2, valid=np.zeros(10, bool))
   assert (np.asarray(none.neighbors) == -1).all() and not np.asarray(none.similarities).any()
   empty = jaxsel.knn_graph(np.zeros((0, 4), np.float32), m=1)
@@ -133,7 +134,8 @@ def test_approximate_graph_ties_to_lowest_index():
   """The index's own order is re-ranked: equal similarities list the lowest id first."""
   emb = tied_embeddings(200, seed=4)
   for method in ("ivf", "hnsw"):
-    g = jaxsel.knn_graph(emb, m=8, method=method, options={"nprobe": 1000} if method == "ivf" else None)
+    every_cell = {"nprobe": 1000} if method == "ivf" else None
+    g = jaxsel.knn_graph(emb, m=8, method=method, options=every_cell)
     nb, s = np.asarray(g.neighbors), np.asarray(g.similarities)
     same = (s[:, 1:] == s[:, :-1]) & (nb[:, 1:] >= 0)
     assert (nb[:, 1:][same] > nb[:, :-1][same]).all()

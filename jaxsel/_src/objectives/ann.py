@@ -41,8 +41,8 @@ def _faiss():
   try:
     import faiss
   except ImportError:
-    raise ImportError("An approximate kNN graph needs faiss: `pip install 'jaxsel[ann]'` "
-                      "(or `pip install faiss-cpu`); `method='exact'` needs nothing more.") from None
+    raise ImportError("An approximate kNN graph needs faiss: `pip install 'jaxsel[ann]'` (or "
+                      "`pip install faiss-cpu`); `method='exact'` needs nothing more.") from None
   return faiss
 
 
@@ -53,7 +53,8 @@ def settings(method: str, options: Optional[Mapping[str, Any]], n: int) -> dict:
   if options is None:
     return out
   if not isinstance(options, Mapping):
-    raise TypeError(f"`options` must be a mapping of {method!r} settings, got {type(options).__name__}.")
+    raise TypeError(f"`options` must be a mapping of {method!r} settings, got "
+                    f"{type(options).__name__}.")
   unknown = set(options) - set(out)
   if unknown:
     raise ValueError(f"Unknown `options` {sorted(unknown)} for method {method!r}; its settings "
@@ -86,8 +87,7 @@ def approximate_top_m(e: np.ndarray, rows: np.ndarray, m: int, nonneg: str, *, m
     return index_, value
   e = unit_rows(e, rows)
   chunk = max(1, -(-n // _CHUNKS))
-  with tqdm(total=2 * n, desc=f"{method} kNN graph", unit="item", disable=not progress,
-            leave=False) as bar:
+  with tqdm(total=2 * n, desc=f"{method} kNN graph", unit="item", disable=not progress) as bar:
     if method == "ivf":
       quantizer = faiss.IndexFlatIP(d)
       index = faiss.IndexIVFFlat(quantizer, d, settings["nlist"], faiss.METRIC_INNER_PRODUCT)

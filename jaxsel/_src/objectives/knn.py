@@ -156,7 +156,8 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
   check_nonneg_method(nonneg)
   block = check_block(block)
   if method not in GRAPH_METHODS:
-    raise ValueError(f"Unknown `method` {method!r}; use one of {', '.join(map(repr, GRAPH_METHODS))}.")
+    raise ValueError(f"Unknown `method` {method!r}; use one of "
+                     f"{', '.join(map(repr, GRAPH_METHODS))}.")
   if options is not None and method == "exact":
     raise ValueError("`options` set an approximate index; the exact graph takes none.")
   if progress is not None and not isinstance(progress, bool):
@@ -244,7 +245,8 @@ def _graph(graph_or_embeddings, m, valid, nonneg, block):
                      f"range [{int(nb.min())}, {int(nb.max())}].")
   s = checks.as_float_array(g.similarities, "similarities")
   if s.shape != nb.shape:
-    raise ValueError(f"`similarities` must have the shape of `neighbors` {nb.shape}, got {s.shape}.")
+    raise ValueError(f"`similarities` must have the shape of `neighbors` {nb.shape}, got "
+                     f"{s.shape}.")
   v = checks.check_valid(valid, n)
   dtype = jnp.promote_types(s.dtype, jnp.float32)
   if host:  # NumPy: no device op compiled per shape, no device copies of N·m arrays

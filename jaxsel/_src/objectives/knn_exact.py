@@ -16,7 +16,6 @@ result is the exact top-m of the float32 similarities, ties to the lowest index.
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -58,7 +57,8 @@ def locality_order(e: np.ndarray, rows: np.ndarray, tile: int, seed: int = 0) ->
   if n <= tile or c < 2:
     return np.arange(n)
   rng = np.random.default_rng(seed)
-  sample = unit_rows(e, rows[np.sort(rng.choice(n, min(n, c * _SAMPLE_PER_CENTROID), replace=False))])
+  picked = rng.choice(n, min(n, c * _SAMPLE_PER_CENTROID), replace=False)
+  sample = unit_rows(e, rows[np.sort(picked)])
   centers = sample[rng.choice(len(sample), c, replace=False)].copy()
   for _ in range(_LLOYD_STEPS):
     near = np.argmax(sample @ centers.T, axis=1)
@@ -104,7 +104,8 @@ class _TopM:
       # float order like its value); the column's tie-break id sorts first, stably.
       v = v + 0  # -0.0 -> +0.0
       bits = v.astype(np.float32).view(np.uint32)
-      key = (r.astype(np.uint64) << np.uint64(32)) | (np.uint32(0xFFFFFFFF) - bits).astype(np.uint64)
+      key = ((r.astype(np.uint64) << np.uint64(32))
+             | (np.uint32(0xFFFFFFFF) - bits).astype(np.uint64))
       o = np.argsort(self.cols[c], kind="stable")
       o = o[np.argsort(key[o], kind="stable")]
       r, c, v = r[o], c[o], v[o]
@@ -153,7 +154,7 @@ class _Selection:
 
 
 def exact_top_m(e: np.ndarray, rows: np.ndarray, m: int, nonneg: str, *, tile: int,
-                progress: bool, order: bool = True, overlap: bool = True):
+                progress: bool, order: bool = True):
   """Exact top-`m` neighbours of each of the rows `rows` `[n]` (increasing) of `e` `[N, D]`
   among those rows, by cosine similarity (rows normalised here, in one float32 copy).
 
@@ -167,8 +168,8 @@ def exact_top_m(e: np.ndarray, rows: np.ndarray, m: int, nonneg: str, *, tile: i
   bounds = [(t * tile, min(n, (t + 1) * tile)) for t in range(-(-n // tile))]
   tiles = [(b, b) for b in bounds] + [(b, c) for i, b in enumerate(bounds) for c in bounds[i + 1:]]
   sel = _Selection(n, m, perm, nonneg, ep.dtype, len(bounds))
-  with tqdm(total=len(tiles), desc="exact kNN graph", unit="tile", disable=not progress,
-            leave=False) as bar, ThreadPoolExecutor(1) as pool:
+  with tqdm(total=len(tiles), desc="exact kNN graph", unit="tile", disable=not progress) as bar, \
+       ThreadPoolExecutor(1) as pool:
     pending = None
     for (a0, a1), (c0, c1) in tiles:
       s = ep[a0:a1] @ ep[c0:c1].T  # BLAS, all cores; the previous tile's selection meanwhile
@@ -176,8 +177,6 @@ def exact_top_m(e: np.ndarray, rows: np.ndarray, m: int, nonneg: str, *, tile: i
         pending.result()
         bar.update()
       pending = pool.submit(sel.offer, s, a0, c0)
-      if not overlap:
-        pending.result()
     if pending is not None:
       pending.result()
       bar.update()
