@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import functools
 import importlib.util
+import io
 import json
 import math
 import os
@@ -151,6 +152,14 @@ def _answer_model_name(args) -> str:
   if getattr(args, "openai_url", None):
     return f"{args.openai_model} at {args.openai_url}"
   return args.gguf or args.generator or SMOLLM2_NAME
+
+
+def _answer_model(args, generator: Optional[str] = None, gguf: Optional[str] = None):
+  """`load_answer_model`; with --quiet, without the GGUF converter's own tqdm bar (which no
+  setting of transformers turns off)."""
+  quiet = contextlib.redirect_stderr(io.StringIO()) if args.quiet else contextlib.nullcontext()
+  with quiet:
+    return load_answer_model(generator, gguf)
 
 
 @functools.lru_cache(maxsize=2)
@@ -417,7 +426,7 @@ def cmd_ask(args, out) -> None:
   else:
     if not args.quiet:
       print(f"jaxsel: loading the answer model {_answer_model_name(args)}", file=sys.stderr)
-    generator = load_answer_model(args.generator, args.gguf)
+    generator = _answer_model(args, args.generator, args.gguf)
   load_seconds = time.perf_counter() - t0
   try:
     with _bad_input():
@@ -445,7 +454,7 @@ def cmd_ask(args, out) -> None:
 def _demo_answer(args, result, out) -> None:
   """The offline model's answer to the prompt the demo printed."""
   try:
-    generator = load_answer_model()
+    generator = _answer_model(args)
   except CLIError as e:
     out.write(f"\n--- answer ---\nnot generated: {e} (`--no-answer` skips this step)\n")
     return
