@@ -105,7 +105,7 @@ def test_bad_input():
   with pytest.raises(TypeError, match=r"documents\[1\]"):
     text.split_documents(["a", 3])
   with pytest.raises(ValueError, match="unit"):
-    text.split_text("a", unit="word")
+    text.split_text("a", unit="token")
   with pytest.raises(ValueError, match="max_tokens"):
     text.split_text("a", max_tokens=0)
   with pytest.raises(ValueError, match="sources"):
@@ -116,6 +116,7 @@ def test_bad_input():
 
 
 # ----------------------------------------------------------------------------- the old algorithm
+OLD_UNITS = ("sentence", "passage")  # the units the old algorithm had ("word" came later)
 # The first version of `split_text`, kept as the reference the linear one must equal exactly: it
 # rescanned the line at every period and re-tokenized the growing passage at every sentence.
 
@@ -265,7 +266,7 @@ def test_packing_with_a_tokenizer_that_does_not_add_up():
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(
     list("ab .!?\n\t#\"')]\u201d\u3002\uff1f\u300d\u6211D") + ["Dr.", "e.g.", "U.S.", "F. ", "\n\n"]),
-    max_size=80).map("".join), st.sampled_from([None, 1, 2, 5]), st.sampled_from(text.UNITS))
+    max_size=80).map("".join), st.sampled_from([None, 1, 2, 5]), st.sampled_from(OLD_UNITS))
 def test_split_equals_the_old_algorithm_on_random_text(s, max_tokens, unit):
   assert _dicts(text.split_text(s, unit=unit, max_tokens=max_tokens)) == \
       _dicts(reference_split(s, unit=unit, max_tokens=max_tokens))
@@ -308,3 +309,14 @@ def test_lone_surrogates_are_named_with_the_fix(minilm_tokenizer):
     text.token_costs(["\ud800"])
   # Any valid Unicode passes, astral characters included.
   assert text.token_costs(["é 😀 \U0010ffff", "ascii"]).tolist() == [3, 1]
+
+
+def test_words_are_whole_and_cover_the_text():
+  """`unit="word"`: every whitespace-delimited word once, in order, with its span and its
+  token count; Markdown heading marks are not words."""
+  doc = "## Kiss and Tell\nKiss and Tell is a 1945 film,  starring Shirley\tTemple.\n\n# #"
+  words = text.split_text(doc, unit="word")
+  assert [w.text for w in words] == ["Kiss", "and", "Tell", "Kiss", "and", "Tell", "is", "a", "1945",
+                                     "film,", "starring", "Shirley", "Temple."]
+  assert all(doc[w.start:w.end] == w.text and w.title == "Kiss and Tell" for w in words)
+  assert [w.tokens for w in words] == list(text.token_costs([w.text for w in words]))
