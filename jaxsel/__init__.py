@@ -32,7 +32,8 @@ from jaxsel._src.methods import Request
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.pipeline import Pipeline, available_methods, available_scorers
 from jaxsel._src.pipeline.result import Answer, SelectionResult
-from jaxsel._src.generation import Generator, OpenAIGenerator, TransformersGenerator, load_generator
+from jaxsel._src.generation import (EndpointError, Generator, OpenAIGenerator, TransformersGenerator,
+                                    load_generator)
 from jaxsel._src.answer_metrics import answer_scores
 from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
 from jaxsel._src.agent.train import TrainConfig, train_agent
@@ -103,6 +104,7 @@ __all__ = [
     "token_costs",
     # the answer step
     "Answer",
+    "EndpointError",
     "Generator",
     "OpenAIGenerator",
     "TransformersGenerator",

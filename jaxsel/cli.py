@@ -47,7 +47,7 @@ from matplotlib.backend_bases import FigureCanvasBase
 
 import jaxsel
 from jaxsel._src.encoders.loading import DEFAULT_ENCODER, default_encoder_path
-from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, SMOLLM2_NAME, EndpointError
+from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, SMOLLM2_NAME
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_DOCUMENT = DATA_DIR / "hotpotqa_wiki.md"
@@ -433,7 +433,7 @@ def cmd_ask(args, out) -> None:
       answer = pipe.replace(generator=generator).answer(
           args.question, source, budget=args.budget, k=args.k, min_gain=args.min_gain,
           max_new_tokens=args.max_new_tokens)
-  except EndpointError as e:
+  except jaxsel.EndpointError as e:
     raise CLIError(str(e)) from None
   if args.plot:
     try:

@@ -1,7 +1,12 @@
 """Test doubles, kept in one place so that `tests/contracts/` can hold each one to the same
 contract as the real class it stands in for."""
 
+import contextlib
+import http.server
+import json
 import re
+import threading
+import time
 import zlib
 
 import jax.numpy as jnp
@@ -57,3 +62,62 @@ def sum_scorer(order):
   """A plain function as a scorer: the sum of the chunk ids plus one per chunk."""
   used = order >= 0
   return jnp.sum(jnp.where(used, order + 1, 0)).astype(jnp.float32)
+
+
+class _ChatServer(http.server.ThreadingHTTPServer):
+  daemon_threads = True
+  block_on_close = False
+
+
+class _ChatHandler(http.server.BaseHTTPRequestHandler):
+  """Chat completions at /<behaviour>/v1/chat/completions (ok: echoes the last message; fixed:
+  "stub answer"; fail: HTTP 500; slow: answers after 1 s; garbage: not JSON; empty: no
+  choices); every request is recorded on the server."""
+
+  def log_message(self, *args):
+    pass
+
+  def do_POST(self):
+    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    self.server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+    behaviour = self.path.split("/")[1]
+    if behaviour == "fail":
+      return self._send(500, b'{"error": "model exploded"}')
+    if behaviour == "slow":
+      time.sleep(1.0)
+    if behaviour == "garbage":
+      return self._send(200, b"<html>not json</html>")
+    if behaviour == "empty":
+      return self._send(200, b'{"choices": []}')
+    answer = ("  stub answer\n" if behaviour == "fixed"
+              else "  echo: " + body["messages"][-1]["content"] + "\n")
+    reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+             "choices": [{"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": answer}}]}
+    self._send(200, json.dumps(reply).encode())
+
+  def _send(self, code, payload):
+    try:
+      self.send_response(code)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(payload)))
+      self.end_headers()
+      self.wfile.write(payload)
+    except (BrokenPipeError, ConnectionResetError):
+      pass  # the client gave up (the timeout test)
+
+
+@contextlib.contextmanager
+def chat_server():
+  """A local OpenAI-compatible stub on 127.0.0.1 (a free port): yields (server, root URL); the
+  server's `requests` lists what it received. Stopped on exit."""
+  server = _ChatServer(("127.0.0.1", 0), _ChatHandler)
+  server.requests = []
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  try:
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+  finally:
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)

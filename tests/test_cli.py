@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import jax
@@ -20,6 +19,7 @@ import jax
 import numpy as np
 import pytest
 
+import doubles
 from jaxsel import cli
 from jaxsel._src import text
 
@@ -296,42 +296,11 @@ def test_ask_answers_with_the_offline_smollm2(one_torch_thread):
   assert answer.split("---\n", 1)[1].strip()
 
 
-class _Stub(http.server.ThreadingHTTPServer):
-  daemon_threads = True
-  block_on_close = False
-
-
-class _ChatHandler(http.server.BaseHTTPRequestHandler):
-  """A chat-completions endpoint that records each request and answers "stub answer"."""
-
-  def log_message(self, *args):
-    pass
-
-  def do_POST(self):
-    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-    self.server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-    reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-             "choices": [{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": "  stub answer\n"}}]}
-    payload = json.dumps(reply).encode()
-    self.send_response(200)
-    self.send_header("Content-Type", "application/json")
-    self.send_header("Content-Length", str(len(payload)))
-    self.end_headers()
-    self.wfile.write(payload)
-
-
 @pytest.fixture
 def chat_server():
-  """A local OpenAI-compatible stub on 127.0.0.1 (a free port), stopped after the test."""
-  server = _Stub(("127.0.0.1", 0), _ChatHandler)
-  server.requests = []
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  yield server, f"http://127.0.0.1:{server.server_address[1]}/v1"
-  server.shutdown()
-  server.server_close()
-  thread.join(timeout=5)
+  """The local OpenAI-compatible stub (tests/doubles.py), answering "stub answer"."""
+  with doubles.chat_server() as (server, root):
+    yield server, root + "/fixed/v1"
 
 
 def test_ask_through_an_openai_compatible_server(files, chat_server, monkeypatch):
@@ -346,7 +315,7 @@ def test_ask_through_an_openai_compatible_server(files, chat_server, monkeypatch
   assert d["answer"] == "stub answer" and d["generator"] == "served-model"
   assert len(server.requests) == 1
   request = server.requests[0]
-  assert request["path"] == "/v1/chat/completions"
+  assert request["path"] == "/fixed/v1/chat/completions"
   assert "Authorization" not in request["headers"]  # no key unless --openai-key-env names one
   body = request["body"]
   assert body["model"] == "served-model" and body["max_tokens"] == 20

@@ -1,13 +1,12 @@
 """Generators: the real offline SmolLM2 (GGUF), a tiny random Llama from a folder, and the
 OpenAI-compatible client against a stub server on 127.0.0.1."""
 
-import http.server
 import json
-import threading
 import time
 
 import pytest
 
+from doubles import chat_server
 from jaxsel._src import generation as gen
 
 torch = pytest.importorskip("torch")
@@ -235,56 +234,10 @@ def test_smollm2_respects_max_new_tokens(smollm2):
 # ----------------------------------------------------------------------------- OpenAI endpoint
 
 
-class _Stub(http.server.ThreadingHTTPServer):
-  daemon_threads = True
-  block_on_close = False
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-  """Chat completions at /<behaviour>/v1/chat/completions; records every request."""
-
-  def log_message(self, *args):
-    pass
-
-  def do_POST(self):
-    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-    self.server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-    behaviour = self.path.split("/")[1]
-    if behaviour == "fail":
-      return self._send(500, b'{"error": "model exploded"}')
-    if behaviour == "slow":
-      time.sleep(1.0)
-    if behaviour == "garbage":
-      return self._send(200, b"<html>not json</html>")
-    if behaviour == "empty":
-      return self._send(200, b'{"choices": []}')
-    answer = "  echo: " + body["messages"][-1]["content"] + "\n"
-    reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-             "choices": [{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": answer}}]}
-    self._send(200, json.dumps(reply).encode())
-
-  def _send(self, code, payload):
-    try:
-      self.send_response(code)
-      self.send_header("Content-Type", "application/json")
-      self.send_header("Content-Length", str(len(payload)))
-      self.end_headers()
-      self.wfile.write(payload)
-    except (BrokenPipeError, ConnectionResetError):
-      pass  # the client gave up (the timeout test)
-
-
 @pytest.fixture
 def stub():
-  server = _Stub(("127.0.0.1", 0), _Handler)
-  server.requests = []
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  yield server, f"http://127.0.0.1:{server.server_address[1]}"
-  server.shutdown()
-  server.server_close()
-  thread.join(timeout=5)
+  with chat_server() as served:
+    yield served
 
 
 def test_openai_requests_and_answers(stub):
