@@ -537,9 +537,10 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the saturation curve as a PNG")
     p.add_argument("--scorer", default=None,
-                   help="what --method corag maximises: facility_location (default), "
-                        "saturated_coverage, relevance, or an agent-menu scorer such as links "
-                        "(relevance + a bonus for a passage whose heading an earlier one names)")
+                   help="what --method corag maximises: bridge (default: relevance plus the "
+                        "entities the question names and second hops named by earlier "
+                        "passages), facility_location, saturated_coverage, relevance, links, "
+                        "mentions_links")
 
 
 def build_parser() -> argparse.ArgumentParser:

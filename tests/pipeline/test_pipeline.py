@@ -113,12 +113,48 @@ def test_baseline_and_search_methods_equal_direct_calls(enc):
           budget=150.0, iterations=6, exploration=2.4, cost_penalty=0.1, max_depth=n),
   }
   for method, ref in expected.items():
-    res = Pipeline(enc, method=method, max_tokens=80, iterations=6).select(Q0, [SMALL], budget=150)
+    res = Pipeline(enc, method=method, max_tokens=80, iterations=6, corag_scorer="facility_location",
+                   exploration=2.4, cost_penalty=0.1, top_up=False).select(Q0, [SMALL], budget=150)
     order = np.asarray(ref.order)[:int(ref.length)]
     np.testing.assert_array_equal(res.indices, order, err_msg=method)
     assert res.cost <= 150
     np.testing.assert_allclose(res.curve[-1], float(ref.value), rtol=1e-5, err_msg=method)
     np.testing.assert_allclose(np.diff(np.concatenate([[0], res.curve])), res.gains, atol=1e-5)
+
+
+def _top_up_reference(order, costs, relevance, budget):
+  """NaiveRAG on what the search left: unused candidates by decreasing relevance (ties to the
+  lower index) while they fit; plain Python."""
+  order = list(order)
+  spent = sum(costs[i] for i in order)
+  for j in sorted(range(len(costs)), key=lambda j: (-relevance[j], j)):
+    if j not in order and spent + costs[j] <= budget:
+      order.append(j)
+      spent += costs[j]
+  return order
+
+
+def test_the_default_corag_is_the_bridge_search_then_a_relevance_top_up(enc):
+  """`method="corag"` with its defaults equals, step by step: the text signals, the registry's
+  "bridge" scorer, `corag_search` (15 iterations, c 2.0, λ 0.2) and the top-up."""
+  docs = [f"{t}: {DOC[a:a + 300]}" for t, a in (("Kiss and Tell", 0), ("Shirley Temple", 2000),
+                                                 ("Janet Waldo", 4000), ("Meet Corliss Archer", 600))]
+  res = Pipeline(enc, method="corag", max_tokens=60).select(Q0, docs, budget=150)
+  passages = split(enc, docs, max_tokens=60)
+  costs = np.array([p.tokens for p in passages], np.float32)
+  sig = methods.text_signals([p.text for p in passages], [p.doc for p in passages],
+                             [p.title for p in passages], [Q0])
+  e = enc.encode([p.text for p in passages], prompt_name="passage")
+  req = methods.request(enc.encode([Q0], prompt_name="query"), e, costs=costs, links=sig.links,
+                        mentioned=sig.mentioned, entities=sig.entities, groups=sig.groups)
+  ref = search.corag_search(methods.scorer("bridge", req), costs, budget=150.0, iterations=15,
+                            exploration=2.0, cost_penalty=0.2, max_depth=len(passages))
+  searched = [int(i) for i in np.asarray(ref.order)[:int(ref.length)]]
+  want = _top_up_reference(searched, costs, np.asarray(methods.best_relevance(req)), 150.0)
+  assert res.indices.tolist() == want and res.cost <= 150
+  assert len(want) >= len(searched)
+  no_top_up = Pipeline(enc, method="corag", max_tokens=60, top_up=False).select(Q0, docs, budget=150)
+  assert no_top_up.indices.tolist() == searched
 
 
 def test_select_many_equals_select_one_by_one(enc):
@@ -261,7 +297,7 @@ def test_corag_with_a_configuration_agent(enc):
   """The agent's predicted scorer and settings are what the search runs with."""
   agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=32, scorers=("relevance", "facility_location"),
                                                 hidden=(16, 8)), rngs=__import__("flax").nnx.Rngs(3))
-  res = Pipeline(enc, method="corag", agent=agent, max_tokens=80).select(Q0, [SMALL], budget=150)
+  res = Pipeline(enc, method="corag", agent=agent, max_tokens=80, top_up=False).select(Q0, [SMALL], budget=150)
   q = enc.encode([Q0], prompt_name="query")
   choice = agent.predict(q[0])
   passages = split(enc, [SMALL])
@@ -276,7 +312,8 @@ def test_corag_with_a_configuration_agent(enc):
 
 def test_corag_with_the_agent_menu_link_scorer(enc):
   """Agent-menu scorers ("links") are built from titles (Markdown headings) and title links."""
-  pipe = Pipeline(enc, method="corag", corag_scorer="links", iterations=6, max_tokens=80)
+  pipe = Pipeline(enc, method="corag", corag_scorer="links", iterations=6, max_tokens=80,
+                  exploration=2.4, cost_penalty=0.1, top_up=False)
   res = pipe.select(Q0, [SMALL], budget=150)
   passages = split(enc, [SMALL])
   assert next(p for p in passages if p.text.startswith("## Shirley Temple")).title == "Shirley Temple"
@@ -284,7 +321,10 @@ def test_corag_with_the_agent_menu_link_scorer(enc):
   e = enc.encode([p.text for p in passages], prompt_name="passage")
   texts, titles = [p.text for p in passages], [p.title for p in passages]
   costs = np.array([p.tokens for p in passages], np.float32)
-  req = methods.request(q[None], e, costs=costs, links=scorers.title_links(texts, titles))
+  sig = methods.text_signals(texts, [p.doc for p in passages], titles, [Q0])
+  # With Markdown headings the lead entities are the headings: the title links.
+  np.testing.assert_array_equal(sig.links, scorers.title_links(texts, titles))
+  req = methods.request(q[None], e, costs=costs, links=sig.links)
   ref = search.corag_search(methods.scorer("links", req), costs, budget=150.0, iterations=6,
                             max_depth=len(passages))
   np.testing.assert_array_equal(res.indices, np.asarray(ref.order)[:int(ref.length)])

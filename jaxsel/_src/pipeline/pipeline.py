@@ -360,18 +360,18 @@ class Pipeline:
     choice = self.agent.predict(query_input(q_emb))
     return choice.scorer, choice.iterations, choice.exploration, choice.cost_penalty
 
-  def _title_features(self, scorer, queries, passages):
-    if self.config.method != "corag" or not (callable(scorer) or scorer in methods.USES_TITLES):
-      return None, None
-    return methods.title_features([p.text for p in passages], [p.title for p in passages],
-                                  queries)
+  def _text_signals(self, scorer, queries, passages):
+    if self.config.method != "corag" or not (callable(scorer) or scorer in methods.USES_TEXT_SIGNALS):
+      return None
+    return methods.text_signals([p.text for p in passages], [p.doc for p in passages],
+                                [p.title for p in passages], queries)
 
-  def _solve(self, q_emb, emb, sym, costs, links, mentioned, *, budget, k, min_gain, scorer,
+  def _solve(self, q_emb, emb, sym, costs, signals, *, budget, k, min_gain, scorer,
              iterations, exploration, cost_penalty, n_pad=None, q_pad=None):
     """Pads one request to its buckets and runs the compiled solve; -> `solve.Output` (NumPy)."""
     n_pad = n_pad or solve_lib.bucket(len(costs))
     q_pad = q_pad or solve_lib.query_bucket(0 if q_emb is None else len(q_emb))
-    inputs = solve_lib.pad_inputs(q_emb, emb, sym, costs, links, mentioned, n=n_pad, q=q_pad)
+    inputs = solve_lib.pad_inputs(q_emb, emb, sym, costs, signals, n=n_pad, q=q_pad)
     # k is static: bucketed too (the picks are cut to the request's own k afterwards).
     k = n_pad if k is None else min(int(k), n_pad)
     return self._run(inputs, budget=budget, k=k, min_gain=min_gain, scorer=scorer,
@@ -390,7 +390,8 @@ class Pipeline:
     static = dict(method=cfg.method, k=k, depth=depth, greedy_method=cfg.greedy_method,
                   scorer=scorer, iterations=int(iterations), nonneg=cfg.nonneg, dense=dense,
                   backend=cfg.backend, use_budget=budget is not None,
-                  use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR)
+                  use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
+                  top_up=cfg.method == "corag" and cfg.top_up)
     fn = lambda x: solve_lib.solve(x, settings, **static)
     out = jax.vmap(fn)(inputs) if batched else fn(inputs)
     return jax.tree.map(np.asarray, out)
@@ -442,8 +443,8 @@ class Pipeline:
     self._check(budget, k, costs, len(passages))
     q_emb = self._query_embeddings(queries, query_embeddings, emb.shape[1])
     scorer, iterations, exploration, cost_penalty = self._search_choice(q_emb)
-    links, mentioned = self._title_features(scorer, queries, passages)
-    out = self._solve(q_emb, emb, sym, costs, links, mentioned, budget=budget, k=k,
+    signals = self._text_signals(scorer, queries, passages)
+    out = self._solve(q_emb, emb, sym, costs, signals, budget=budget, k=k,
                       min_gain=min_gain, scorer=scorer, iterations=iterations,
                       exploration=exploration, cost_penalty=cost_penalty)
     if bool(out.nonfinite):
@@ -496,7 +497,7 @@ class Pipeline:
       n = len(ps)
       costs = np.asarray([p.tokens for p in ps], np.float32)
       qe = None if not q else q_emb[qo:qo + len(q)]
-      padded.append(solve_lib.pad_inputs(qe, emb[po:po + n], sym[po:po + n], costs, None, None,
+      padded.append(solve_lib.pad_inputs(qe, emb[po:po + n], sym[po:po + n], costs, None,
                                          n=n_pad, q=q_pad))
       po, qo = po + n, qo + len(q)
     inputs = jax.tree.map(lambda *xs: np.stack(xs), *padded)

@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jaxsel._src import methods
 from jaxsel._src.baselines import mmr, naive_rag
@@ -53,8 +54,10 @@ class Inputs(NamedTuple):
   symmetric: Array  # [N, D] symmetric embeddings (similarity)
   costs: Array  # [N] float32 tokens
   valid: Array  # [N] bool
-  links: Array  # [N, N] title links
-  mentioned: Array  # [N] titles the queries name
+  links: Array  # [N, N] lead-entity links (`methods.text_signals`)
+  mentioned: Array  # [N] lead entities the queries name
+  entities: Array  # [N, N] shared capitalised phrases
+  groups: Array  # [N] int32 document/section of each passage
 
 
 class Settings(NamedTuple):
@@ -87,13 +90,14 @@ def _prefix_values(scorer, order: Array):
 
 @functools.partial(jax.jit, static_argnames=(
     "method", "k", "depth", "greedy_method", "scorer", "iterations", "nonneg", "dense", "backend",
-    "use_budget", "use_min_gain"))
+    "use_budget", "use_min_gain", "top_up"))
 def solve(inputs: Inputs, settings: Settings, *, method: str, k: int, depth: int,
           greedy_method: str, scorer, iterations: int, nonneg: str, dense: bool, backend: str,
-          use_budget: bool, use_min_gain: bool) -> Output:
+          use_budget: bool, use_min_gain: bool, top_up: bool = False) -> Output:
   """Picks for one padded request (see the module docstring); `jax.vmap` it for a batch."""
   req = methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
-                        links=inputs.links, mentioned=inputs.mentioned, valid=inputs.valid,
+                        links=inputs.links, mentioned=inputs.mentioned,
+                        entities=inputs.entities, groups=inputs.groups, valid=inputs.valid,
                         query_valid=inputs.query_valid, nonneg=nonneg, dense=dense)
   no = jnp.zeros((), bool)
   if method in methods.SUBMODULAR:
@@ -118,15 +122,38 @@ def solve(inputs: Inputs, settings: Settings, *, method: str, k: int, depth: int
     res = corag_search(sc, req.costs, budget=total, iterations=iterations,
                        exploration=settings.exploration, cost_penalty=settings.cost_penalty,
                        max_depth=depth, valid=req.valid)
+    if top_up:
+      res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid))
   curve, gains = _prefix_values(sc, res.order)
   nonfinite = no if res.tree is None else res.tree.nonfinite
   return Output(res.order, gains, curve, res.length, req.relevance, nonfinite)
 
 
+def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: Array) -> dict:
+  """The searched `order` `[T]` followed by the unused valid candidates in decreasing relevance
+  (ties to the lower index) that still fit the budget, while positions are left: NaiveRAG on
+  what the search left over. -> `{"order", "length", "cost"}`."""
+  t, n = order.shape[0], costs.shape[0]
+  length = jnp.sum(order >= 0).astype(jnp.int32)
+  used = jnp.zeros((n,), bool).at[jnp.where(order >= 0, order, n)].set(True, mode="drop")
+  spent = jnp.sum(jnp.where(used, costs, 0))
+  ranked = jnp.argsort(jnp.where(valid, -relevance, jnp.inf), stable=True)
+
+  def step(i, c):
+    order, length, spent = c
+    j = ranked[i]
+    take = valid[j] & ~used[j] & (spent + costs[j] <= budget) & (length < t)
+    order = jnp.where(take, order.at[jnp.minimum(length, t - 1)].set(j), order)
+    return order, length + take.astype(jnp.int32), spent + jnp.where(take, costs[j], 0)
+
+  order, length, spent = lax.fori_loop(0, n, step, (order, length, spent))
+  return {"order": order, "length": length, "cost": spent}
+
+
 def pad_inputs(q_emb: Optional[np.ndarray], p_emb: np.ndarray, s_emb: np.ndarray,
-               costs: np.ndarray, links: Optional[np.ndarray], mentioned: Optional[np.ndarray],
-               *, n: int, q: int) -> Inputs:
-  """One request's arrays padded to `n` candidates and `q` queries (host side)."""
+               costs: np.ndarray, signals=None, *, n: int, q: int) -> Inputs:
+  """One request's arrays padded to `n` candidates and `q` queries (host side); `signals` is a
+  `bridge.BridgeSignals` or None."""
   m, d = p_emb.shape
   nq = 0 if q_emb is None else q_emb.shape[0]
 
@@ -140,4 +167,8 @@ def pad_inputs(q_emb: Optional[np.ndarray], p_emb: np.ndarray, s_emb: np.ndarray
       query=pad(q_emb, (q, d), np.float32), query_valid=np.arange(q) < nq,
       passages=pad(p_emb, (n, d), np.float32), symmetric=pad(s_emb, (n, d), np.float32),
       costs=pad(costs, (n,), np.float32), valid=np.arange(n) < m,
-      links=pad(links, (n, n), np.float32), mentioned=pad(mentioned, (n,), np.float32))
+      links=pad(None if signals is None else signals.links, (n, n), np.float32),
+      mentioned=pad(None if signals is None else signals.mentioned, (n,), np.float32),
+      entities=pad(None if signals is None else signals.entities, (n, n), np.float32),
+      groups=np.arange(n, dtype=np.int32) if signals is None else
+      np.concatenate([signals.groups, np.arange(m, n, dtype=np.int32) + n]).astype(np.int32))

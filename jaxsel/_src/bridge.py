@@ -1,0 +1,148 @@
+"""Second-hop signals from plain text, for the CORAG "bridge" scorer (plain Python, outside jit).
+
+Shape legend: N candidate passages.
+
+A multi-hop question names one entity; the passage about the second one often does not
+resemble the question at all, but an earlier passage names it. These signals find such links
+without needing titles from the caller:
+
+* the *lead entity* of a group of passages (one document, or one Markdown section of it): its
+  heading when it has one, else the text before a leading ``"Title: "`` (at most 12 words),
+  else the first capitalised phrase of its first sentence;
+* `links[i, j] = 1` where passage i names the lead entity of j's group (whole words, any case,
+  a trailing parenthetical such as "(1945 film)" dropped); passages of one group never link;
+* `mentioned[j] = 1` where the query names the lead entity of j's group;
+* `entities[i, j]`: the capitalised phrases passages i and j (of different groups) share and
+  the query does not contain, each weighted by `log(1 + groups / groups holding it)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+_TITLE = re.compile(r"^\s*([^\n:]{1,150}?):\s")
+_HEADING = re.compile(r"^\s*#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+_STOP = frozenset("""a an the he she it they his her its their this that these those in on at of
+for by with from to and or but as is was were be been are i we you there here when where which
+who what how after before during while since although though however also not no yes if then
+than so such born died one two three four five six seven eight nine ten first second
+third""".split())
+_CONNECT = frozenset({"of", "the", "and", "de", "da", "del", "der", "van", "von", "du", "la", "le",
+                      "di", "y", "&", "for", "in"})
+_WORD = re.compile(r"(?:[A-Z][a-z]{0,2}\.)+(?=\s)|[\w'\u00C0-\u024F&-]+(?:\.(?=\w))?[\w'\u00C0-\u024F&-]*|[^\w\s]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+MAX_TITLE_WORDS = 12
+MIN_CHARS = 3
+
+
+class BridgeSignals(NamedTuple):
+  links: np.ndarray  # [N, N] float32: passage i names the lead entity of j's group
+  mentioned: np.ndarray  # [N] float32: the query names the lead entity of j's group
+  entities: np.ndarray  # [N, N] float32: weighted capitalised phrases shared by i and j
+  groups: np.ndarray  # [N] int32: the group (document or section) of each passage
+
+
+def strip_parenthetical(title: str) -> str:
+  """`"Ed Wood (film)"` -> `"Ed Wood"`, whitespace normalised."""
+  return " ".join(re.sub(r"\s*\([^)]*\)\s*$", "", title).split())
+
+
+def entities(text: str) -> list:
+  """Capitalised phrases of `text`: maximal runs of capitalised words (connectors such as
+  "of", "de" allowed inside, trimmed at the ends); a run that is only a stopword (a
+  sentence-initial "The", "He") is not a phrase."""
+  out, run = [], []
+
+  def flush():
+    while run and run[-1].lower() in _CONNECT:
+      run.pop()
+    while run and run[0].lower() in _STOP:
+      run.pop(0)
+    if run:
+      phrase = " ".join(run).strip(".'-")
+      if len(phrase) >= MIN_CHARS and phrase.lower() not in _STOP:
+        out.append(phrase)
+    run.clear()
+
+  for m in _WORD.finditer(text):
+    w = m.group()
+    if not (w[:1].isalnum() or w == "&"):
+      flush()
+    elif w[:1].isupper() or (w[:1].isdigit() and run):
+      run.append(w)
+    elif run and w.lower() in _CONNECT:
+      run.append(w)
+    else:
+      flush()
+  flush()
+  return out
+
+
+def lead_entity(text: str, title: Optional[str] = None) -> str:
+  """The key phrase of a passage group whose first passage is `text` (see the module docstring)."""
+  if title:
+    return title.strip()
+  head = _HEADING.match(text.lstrip())
+  if head and text.lstrip().startswith("#"):
+    return head.group(1).strip()
+  m = _TITLE.match(text)
+  if m and len(m.group(1).split()) <= MAX_TITLE_WORDS:
+    return m.group(1).strip()
+  found = entities(_SENTENCE_END.split(text.strip(), maxsplit=1)[0])
+  return found[0] if found else ""
+
+
+def _pattern(phrase: str):
+  words = r"\s+".join(re.escape(w) for w in phrase.split())
+  return re.compile(r"(?<!\w)" + words + r"(?!\w)", re.IGNORECASE)
+
+
+def group_ids(docs: Sequence[int], titles: Sequence[Optional[str]]) -> np.ndarray:
+  """`[N]` int32: passages of one document and one heading form a group."""
+  ids: dict = {}
+  return np.asarray([ids.setdefault((d, t), len(ids)) for d, t in zip(docs, titles)], np.int32)
+
+
+def bridge_signals(query: str, texts: Sequence[str], docs: Sequence[int],
+                   titles: Sequence[Optional[str]]) -> BridgeSignals:
+  """The signals of one request: the joined `query` text, the passages' `texts`, their
+  documents `docs` and titles (`Passage.title`, e.g. Markdown headings; None: unknown)."""
+  n = len(texts)
+  groups = group_ids(docs, titles)
+  g = int(groups.max()) + 1 if n else 0
+  first = {}
+  for i, k in enumerate(groups):
+    first.setdefault(int(k), i)
+  leads = [strip_parenthetical(lead_entity(texts[first[k]], titles[first[k]])) for k in range(g)]
+  patterns = {k: _pattern(t) for k, t in enumerate(leads) if len(t) >= MIN_CHARS}
+  same_lead = {k: {m for m in patterns if leads[m].lower() == leads[k].lower()} for k in patterns}
+  names = np.zeros((n, g), np.float32)  # passage i names group k's lead
+  for i, text in enumerate(texts):
+    own = int(groups[i])
+    for k, pat in patterns.items():
+      if k != own and own not in same_lead[k] and pat.search(text):
+        names[i, k] = 1.0
+  links = names[:, groups]
+  mentioned = np.asarray([float(k in patterns and bool(patterns[k].search(query)))
+                          for k in groups], np.float32)
+  q_low = query.lower()
+  q_phrases = {e.lower() for e in entities(query)}
+  phrases = [{e for e in (x.lower() for x in entities(t))
+              if e not in q_phrases and e not in q_low and not e.isdigit()} for t in texts]
+  holders: dict = {}  # phrase -> groups holding it
+  for i, ps in enumerate(phrases):
+    for e in ps:
+      holders.setdefault(e, set()).add(int(groups[i]))
+  weight = {e: math.log(1 + g / len(h)) for e, h in holders.items()}
+  ent = np.zeros((n, n), np.float32)
+  for i in range(n):
+    for j in range(n):
+      if groups[i] != groups[j]:
+        shared = phrases[i] & phrases[j]
+        if shared:
+          ent[i, j] = sum(weight[e] for e in shared)
+  return BridgeSignals(links, mentioned, ent, groups)
