@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from jaxsel import title_links, token_costs
+from jaxsel import token_costs
 from jaxsel._src import methods
 from jaxsel._src.io import atomic_savez
 
@@ -38,9 +38,34 @@ class QAExample:
     return [f"{t}: {p}" if t else p for t, p in zip(self.titles, self.passages)]
 
 
+def _join_sentences(sentences) -> str:
+  """A paragraph from HotpotQA-style sentences (most after the first start with a space)."""
+  out = ""
+  for s in sentences:
+    if out and not s.startswith(" ") and not out.endswith(" "):
+      out += " "
+    out += s
+  return out.strip()
+
+
 def _parse(obj: dict, line_no: int, path: str) -> QAExample:
   where = f"{path}:{line_no}"
-  if "question_text" in obj and "contexts" in obj:  # IRCoT processed format (HotpotQA etc.)
+  if "context" in obj and "supporting_facts" in obj:  # HotpotQA / 2WikiMultihopQA original format
+    qid, question = str(obj.get("_id", line_no)), obj["question"]
+    titles = [c[0] for c in obj["context"]]
+    passages = [_join_sentences(c[1]) for c in obj["context"]]
+    # Gold by title: a 2Wiki context may repeat a title, and every paragraph of it is gold.
+    gold_titles = {t for t, _ in obj["supporting_facts"]}
+    gold = [t in gold_titles for t in titles]
+    answers = [obj["answer"]] if isinstance(obj.get("answer"), str) else list(obj.get("answer", []))
+  elif "paragraphs" in obj and "question" in obj:  # MuSiQue
+    qid, question = str(obj.get("id", line_no)), obj["question"]
+    ps = obj["paragraphs"]
+    titles = [p.get("title", "") for p in ps]
+    passages = [p["paragraph_text"] for p in ps]
+    gold = [bool(p.get("is_supporting", False)) for p in ps]
+    answers = [obj.get("answer", "")] + list(obj.get("answer_aliases", []))
+  elif "question_text" in obj and "contexts" in obj:  # IRCoT processed format (HotpotQA etc.)
     ctx = obj["contexts"]
     qid, question = str(obj.get("question_id", line_no)), obj["question_text"]
     titles = [c.get("title", "") for c in ctx]
@@ -61,8 +86,9 @@ def _parse(obj: dict, line_no: int, path: str) -> QAExample:
     ans = obj.get("answers", obj.get("answer", []))
     answers = [ans] if isinstance(ans, str) else list(ans)
   else:
-    raise ValueError(f"{where}: expected `question_text` + `contexts` (IRCoT format) or "
-                     f"`question` + `passages`, got keys {sorted(obj)}.")
+    raise ValueError(f"{where}: expected `question_text` + `contexts` (IRCoT format), `question` + "
+                     f"`context` + `supporting_facts` (HotpotQA, 2WikiMultihopQA), `question` + "
+                     f"`paragraphs` (MuSiQue) or `question` + `passages`, got keys {sorted(obj)}.")
   if not isinstance(question, str) or not question.strip():
     raise ValueError(f"{where}: empty question.")
   if not passages:
@@ -72,7 +98,8 @@ def _parse(obj: dict, line_no: int, path: str) -> QAExample:
 
 
 def load_qa_jsonl(path: str, *, limit: Optional[int] = None) -> list:
-  """Reads QA examples from a JSONL file (IRCoT format or `question`/`passages`)."""
+  """Reads QA examples from a JSONL file: IRCoT format, HotpotQA / 2WikiMultihopQA (`context`,
+  `supporting_facts`), MuSiQue (`paragraphs`) or `question`/`passages`."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path} not found.")
   out, seen = [], set()
@@ -122,10 +149,12 @@ class QAFeatures(NamedTuple):
   query: np.ndarray  # [D] query embedding
   passages: np.ndarray  # [N, D] passage embeddings
   costs: np.ndarray  # [N] float32 word-piece tokens of "title: paragraph"; 0 for padding
-  links: np.ndarray  # [N, N] link[i, j] = 1 where passage j's title occurs in passage i
-  mentioned: np.ndarray  # [N] 1 where passage j's title occurs in the question
+  links: np.ndarray  # [N, N] link[i, j] = 1 where passage i names passage j's lead entity
+  mentioned: np.ndarray  # [N] 1 where the question names passage j's lead entity
   gold: np.ndarray  # [N] bool
   valid: np.ndarray  # [N] bool
+  entities: np.ndarray  # [N, N] weighted capitalised phrases passages i and j share
+  groups: np.ndarray  # [N] int32 group of each passage (its own index; padding: N + index)
 
   @property
   def relevance(self) -> np.ndarray:
@@ -141,7 +170,11 @@ class QAFeatures(NamedTuple):
 def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = None,
               batch_size: int = 64, progress: bool = False) -> QAFeatures:
   """Embeds questions and passages with `encoder` (`jaxsel.load_encoder`) and stacks the
-  features of all questions, padded to `n_max` passages (default the largest count)."""
+  features of all questions, padded to `n_max` passages (default the largest count).
+
+  The text signals (`links`, `mentioned`, `entities`, `groups`) are the Pipeline's
+  (`methods.text_signals`) for the `"title: paragraph"` texts given as one document each: the
+  lead entity of a passage is its title, read from the text as the Pipeline reads it."""
   examples = list(examples)
   if not examples:
     raise ValueError("`examples` is empty.")
@@ -157,15 +190,18 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
   q, d = len(examples), p_emb.shape[1]
   out = QAFeatures(q_emb.astype(np.float32), np.zeros((q, n, d), np.float32), np.zeros((q, n), np.float32),
                    np.zeros((q, n, n), np.float32), np.zeros((q, n), np.float32),
-                   np.zeros((q, n), bool), np.zeros((q, n), bool))
+                   np.zeros((q, n), bool), np.zeros((q, n), bool), np.zeros((q, n, n), np.float32),
+                   np.tile(np.arange(n, 2 * n, dtype=np.int32), (q, 1)))
   start = 0
   for i, e in enumerate(examples):
     m = len(e.passages)
     out.passages[i, :m] = p_emb[start:start + m]
     out.costs[i, :m] = costs[start:start + m]
-    out.links[i, :m, :m] = title_links(list(e.passages), list(e.titles))
-    # Question -> passage links: the passage's title is named in the question.
-    out.mentioned[i, :m] = title_links([e.question] + list(e.passages), [""] + list(e.titles))[0, 1:]
+    sig = methods.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
+    out.links[i, :m, :m] = sig.links
+    out.mentioned[i, :m] = sig.mentioned
+    out.entities[i, :m, :m] = sig.entities
+    out.groups[i, :m] = sig.groups
     out.gold[i, :m] = e.gold
     out.valid[i, :m] = True
     start += m
@@ -176,7 +212,7 @@ def request(f: QAFeatures) -> methods.Request:
   """One question's features as the registry's `Request` (works under `jit` / `vmap`): the
   same scores as the Pipeline's (`methods.request`)."""
   return methods.request(f.query[None], f.passages, costs=f.costs, links=f.links * f.valid[None, :],
-                         mentioned=f.mentioned, valid=f.valid)
+                         mentioned=f.mentioned, entities=f.entities, groups=f.groups, valid=f.valid)
 
 
 def take(features: QAFeatures, idx) -> QAFeatures:
@@ -193,6 +229,10 @@ def save_features(path: str, features: QAFeatures, ids: Sequence[str], *, meta: 
 def load_features(path: str):
   """`(features, ids, meta)` saved by `save_features`."""
   with np.load(path, allow_pickle=False) as z:
+    missing = [f for f in QAFeatures._fields if f not in z.files]
+    if missing:
+      raise ValueError(f"{path} lacks the features {missing} (saved by an older version); "
+                       "delete it to embed again.")
     feats = QAFeatures(*(z[f] for f in QAFeatures._fields))
     return feats, [str(i) for i in z["ids"]], json.loads(str(z["meta"]))
 
@@ -206,8 +246,11 @@ class FeatureCache:
     self.pos: dict = {}
     self.features: Optional[QAFeatures] = None
     if os.path.exists(path):
-      feats, ids, meta = load_features(path)
-      if meta.get("encoder") == encoder and feats.costs.shape[1] == n_max:
+      try:
+        feats, ids, meta = load_features(path)
+      except ValueError:  # an older layout: embedded again and overwritten
+        feats, ids, meta = None, [], {}
+      if feats is not None and meta.get("encoder") == encoder and feats.costs.shape[1] == n_max:
         self.features, self.pos = feats, {q: i for i, q in enumerate(ids)}
 
   def ensure(self, encoder, examples: Sequence[QAExample]) -> None:
