@@ -12,7 +12,6 @@ from doubles import HashEncoder
 from training import evaluation
 from training import labels
 from training import qa
-from training import qa_eval
 from jaxsel._src.agent.model import load_agent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -100,10 +99,43 @@ def test_batched_search_matches_single_and_budget(sample):
     single = corag_search(labels.build_scorer("mentions_links", fi), fi.costs, budget=200, iterations=5,
                           exploration=2.0, cost_penalty=0.2, max_depth=4, valid=fi.valid)
     np.testing.assert_array_equal(orders[i], np.asarray(single.order))
-  for m in ("naive", "facility_location", "oracle"):
-    o = qa_eval.method_orders(m, f, budget=200, max_depth=4)
-    cost = np.where(o >= 0, np.take_along_axis(f.costs, np.maximum(o, 0), 1), 0).sum(1)
-    assert (cost <= 200).all() and ((o >= 0).sum(1) >= 1).all()
+  # The registry's bridge scorer runs on the features' text signals (entities, groups).
+  orders = labels.search_orders(f, "bridge", budget=200, iterations=5, cost_penalty=0.2,
+                                exploration=2.0, max_depth=4)
+  cost = np.where(orders >= 0, np.take_along_axis(f.costs, np.maximum(orders, 0), 1), 0).sum(1)
+  assert (cost <= 200).all() and ((orders >= 0).sum(1) >= 1).all()
+
+
+def test_features_carry_the_pipelines_text_signals(sample):
+  from jaxsel._src import methods
+  ex, f = sample
+  e = ex[0]
+  m = len(e.passages)
+  sig = methods.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
+  np.testing.assert_array_equal(f.links[0, :m, :m], sig.links)
+  np.testing.assert_array_equal(f.mentioned[0, :m], sig.mentioned)
+  np.testing.assert_array_equal(f.entities[0, :m, :m], sig.entities)
+  np.testing.assert_array_equal(f.groups[0, :m], sig.groups)
+  assert f.mentioned[0].sum() >= 1  # the question names a paragraph's title
+  req = qa.request(qa.QAFeatures(*(a[0] for a in f)))
+  assert req.entities.shape == (10, 10) and req.groups.shape == (10,)
+
+
+def test_readers_of_the_original_formats(tmp_path):
+  hotpot = {"_id": "h1", "question": "Q?", "answer": "A", "supporting_facts": [["T1", 0], ["T2", 1]],
+            "context": [["T1", ["One.", " Two."]], ["T3", ["x"]], ["T2", ["Three.", "Four."]],
+                        ["T1", ["again"]]]}
+  musique = {"id": "2hop__1", "question": "M?", "answer": "B", "answer_aliases": ["b"],
+             "paragraphs": [{"idx": 0, "title": "P", "paragraph_text": "p text", "is_supporting": True},
+                            {"idx": 1, "title": "R", "paragraph_text": "r text", "is_supporting": False}]}
+  p = tmp_path / "f.jsonl"
+  p.write_text(json.dumps(hotpot) + "\n" + json.dumps(musique) + "\n")
+  h, mq = qa.load_qa_jsonl(str(p))
+  assert h.id == "h1" and h.passages == ("One. Two.", "x", "Three. Four.", "again")
+  assert h.gold == (True, False, True, True)  # a repeated gold title: every paragraph of it
+  assert h.texts()[0] == "T1: One. Two." and h.answers == ("A",)
+  assert mq.id == "2hop__1" and mq.gold == (True, False) and mq.answers == ("B", "b")
+  assert mq.texts() == ["P: p text", "R: r text"]
 
 
 def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
@@ -142,20 +174,25 @@ def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   assert train_script.main(targs[:-1] + ["3", "--resume"]) == 0
   assert len(json.load(open(agent_dir / "metrics.json"))["history"]) == 3
 
+  # The trained agent through `Pipeline(agent=...)`: extra rows of the evaluation's tables.
+  root = tmp_path / "data"
+  (root / "train" / "hotpotqa").mkdir(parents=True)
+  (root / "train" / "hotpotqa" / "train.jsonl").write_text(open(SAMPLE).read())
   readme = tmp_path / "README.md"
   readme.write_text("# Benchmarks\n\n## Other\n\nkeep me\n")
-  eargs = common + ["--limit", "6", "--agent", str(agent_dir), "--methods", "naive,corag_agent,oracle",
-                    "--budgets", "200", "--max-depth", "4", "--resamples", "200", "--iterations", "3",
-                    "--out", str(tmp_path / "eval.json"), "--readme", str(readme)]
-  assert evaluate_script.main(eargs) == 0
+  eargs = ["--parts", "tables", "--sets", "hotpot_train", "--data-root", str(root), "--limit", "6",
+           "--methods", "naive", "--agent", str(agent_dir), "--budgets", "200", "--resamples", "200",
+           "--cache", str(tmp_path / "eval"), "--out", str(tmp_path / "eval.json"),
+           "--readme", str(readme), "--no-progress"]
+  assert evaluate_script.main(eargs, encoder=HashEncoder()) == 0
   rep = json.load(open(tmp_path / "eval.json"))
-  res = rep["results"]["200.0"]
-  assert set(res) == {"naive", "corag_agent", "oracle"}
-  assert res["oracle"]["joint_recall"] >= res["naive"]["joint_recall"]
-  assert "joint_recall_diff" in res["corag_agent"]
+  res = rep["tables"]["hotpot_train"]["200"]
+  assert set(res) == {"naive", "agent", "oracle_paragraph", "oracle_piece"}
+  assert res["oracle_piece"]["joint"] >= res["oracle_paragraph"]["joint"]
+  assert "joint_diff" in res["agent"]
   text = readme.read_text()
   assert "keep me" in text and "## Evaluation" in text and "CORAG + agent" in text
-  evaluate_script.main(eargs)  # rewriting replaces the section instead of appending
+  evaluate_script.main(eargs, encoder=HashEncoder())  # rewriting replaces the section
   assert readme.read_text().count("## Evaluation") == 1 and "keep me" in readme.read_text()
 
 
