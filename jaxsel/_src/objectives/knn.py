@@ -1,14 +1,15 @@
 """Sparse kNN objectives: facility location and saturated coverage on a kNN similarity graph,
-for N in the hundreds of thousands, and the exact blocked kNN graph.
+for N in the hundreds of thousands to millions, and `knn_graph`, which builds the graph.
 
 Shape legend: N candidates (= items to cover), D embedding dimension, Q queries,
 M a block of candidates, m neighbours kept per candidate.
 
 Candidate j keeps only its `m` most similar items, `neighbors` `[N, m]` and `similarities`
-`[N, m]`, built by an exact blocked top-m (`knn_graph`) or taken from a vector index; gains
-are gathers over `[N, m]` and an update is a scatter-max, so memory is `O(N·m)`. Pairs outside
-the graph count as similarity 0; with `m = N` the objective equals the dense one. The selection
-is exact for the graph it is given.
+`[N, m]`, built by `knn_graph` (exact: `knn_exact` on the host, `lax.top_k` blocks on a
+device; approximate: faiss, `ann`) or taken from a vector index; gains are gathers over
+`[N, m]` and an update is a scatter-max, so memory is `O(N·m)`. Pairs outside the graph count
+as similarity 0; with `m = N` the objective equals the dense one. The selection is exact for
+the graph it is given.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ class _Selection:
       transform(s, self.nonneg)
       b = s.shape[0]
       self.thr[a0:a0 + b] = _tile_bound(s, self.m)
-      _offer_rows(self.top, s, self.thr[a0:a0 + b], a0, a0)
+      _offer_rows(self.top, s, self.thr[a0:a0 + b], a0, a0, s.max(axis=1))
       self.diagonals -= 1
       if not self.diagonals:
         self._raise()
@@ -147,8 +147,14 @@ class _Selection:
     if not self.raw:
       transform(s, self.nonneg)
     b, w = s.shape
-    _offer_rows(self.top, s, self.thr[a0:a0 + b], a0, c0, clip=self.raw)
-    _offer_rows(self.top, s.T, self.thr[c0:c0 + w], c0, a0, clip=self.raw)
+    rows, cols = self.thr[a0:a0 + b], self.thr[c0:c0 + w]
+    # Column maxima are the cheap reduction (a running maximum over rows); their maximum
+    # skips the row maxima of a tile that holds nothing for its rows, as most tiles far
+    # from the diagonal do.
+    colmax = s.max(axis=0)
+    if colmax.max() >= rows.min():
+      _offer_rows(self.top, s, rows, a0, c0, s.max(axis=1), clip=self.raw)
+    _offer_rows(self.top, s.T, cols, c0, a0, colmax, clip=self.raw)
     if self.top.size > self.cap:
       self._raise()
 
@@ -200,12 +206,12 @@ def _tile_bound(s: np.ndarray, m: int) -> np.ndarray:
   return np.partition(gmax, groups - m, axis=1)[:, groups - m]
 
 
-def _offer_rows(top: _TopM, s: np.ndarray, thr: np.ndarray, r0: int, c0: int, *,
-                clip: bool = False) -> None:
+def _offer_rows(top: _TopM, s: np.ndarray, thr: np.ndarray, r0: int, c0: int, rowmax: np.ndarray,
+                *, clip: bool = False) -> None:
   """Offers the entries of tile `s` `[b, w]` (rows from r0, columns from c0) that reach their
-  row's threshold `thr` `[b]`; only rows whose maximum reaches it are compared entrywise
-  (a transposed view offers the tile to its columns)."""
-  live = np.flatnonzero(s.max(axis=1) >= thr)
+  row's threshold `thr` `[b]`; only rows whose maximum `rowmax` `[b]` reaches it are compared
+  entrywise (a transposed view offers the tile to its columns)."""
+  live = np.flatnonzero(rowmax >= thr)
   if not len(live):
     return
   sub = s[live]
