@@ -229,6 +229,8 @@ def _pipeline(args, method: str, unit: str, **extra):
     if args.scorer not in names:
       raise CLIError(f"unknown scorer {args.scorer!r}; use one of {', '.join(names)}.", 2)
     extra["corag_scorer"] = args.scorer
+  if getattr(args, "late_chunking", False):
+    extra["late_chunking"] = True
   model = load_model(args.model)
   with _bad_input():
     return jaxsel.Pipeline(model, method=method, unit=unit, max_tokens=args.max_tokens,
@@ -408,6 +410,9 @@ def cmd_ask(args, out) -> None:
   method = args.method or "facility_location"
   if args.scorer and method != "corag":
     raise CLIError("--scorer applies to --method corag only.", 2)
+  if args.index and args.late_chunking:
+    raise CLIError("--late-chunking applies to files; an index keeps the vectors it was built "
+                   "with (build it with `jaxsel index build --late-chunking`).", 2)
   extra = {}
   if args.index:
     source = _load_index(args)
@@ -543,6 +548,15 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
                         "mentions_links")
 
 
+UNITS = ("sentence", "passage", "word")
+
+
+def _late_chunking(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--late-chunking", action="store_true",
+                 help="embed each document once (in windows of the model's length) and pool "
+                      "every candidate from its tokens, so a candidate's vector sees its context")
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="jaxsel", description="Select the passages that belong in an LLM's context window.",
@@ -559,10 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--method", default=None,
                  help="facility_location (default with queries), saturated_coverage, coverage "
                       "(default without), mmr, naive, corag")
-  p.add_argument("--unit", choices=("sentence", "passage"), default=None,
-                 help="candidates: sentences (default without query) or passages (with)")
+  p.add_argument("--unit", choices=UNITS, default=None,
+                 help="candidates: sentences (default without query), passages (with), or words "
+                      "(token-level selection in whole words; implies --late-chunking)")
   p.add_argument("--prompt", action="store_true", help="print the LLM prompt instead of a table")
   _common(p)
+  _late_chunking(p)
   p.set_defaults(func=cmd_select)
 
   pi = sub.add_parser("index", help="build or search an embedded vector index")
@@ -570,8 +586,10 @@ def build_parser() -> argparse.ArgumentParser:
   b = isub.add_parser("build", help="split, embed and save documents as an index")
   b.add_argument("inputs", nargs="+", metavar="DIR/FILE")
   b.add_argument("--out", required=True, metavar="INDEX", help="index folder to write")
-  b.add_argument("--unit", choices=("sentence", "passage"), default=None)
+  b.add_argument("--unit", choices=UNITS, default=None,
+                 help="what the index holds: passages (default), sentences or words")
   _common(b, budget=False)
+  _late_chunking(b)
   b.set_defaults(func=cmd_index_build)
   s = isub.add_parser("search", help="select passages from an index for queries")
   s.add_argument("index", metavar="INDEX")
@@ -612,6 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
   g.add_argument("--max-new-tokens", type=_whole, default=DEFAULT_MAX_NEW_TOKENS,
                  help=f"longest answer in tokens (default {DEFAULT_MAX_NEW_TOKENS})")
   _common(a)
+  _late_chunking(a)
   a.set_defaults(func=cmd_ask)
 
   d = sub.add_parser("demo", help="run the bundled example end to end")

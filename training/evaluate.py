@@ -34,6 +34,7 @@ import os
 import sys
 import time
 
+import jax
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -200,6 +201,9 @@ def _sweep(ws: Workspace, run, what: str, budgets) -> tuple:
   for name in sets:
     run(ws.pipeline(name), ws.prepare(name), ws.stores[name], budgets=budgets)
     log(f"{name}: {what} done ({time.time() - t0:.0f}s)")
+    # Each set's shapes compile their own programs; dropping them keeps the process's memory
+    # mappings bounded (a full sweep once ran out: "LLVM ... Cannot allocate memory").
+    jax.clear_caches()
   return sets, {s: ws.stores[s] for s in sets}, {s: ws.examples[s] for s in sets}
 
 

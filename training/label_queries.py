@@ -1,7 +1,8 @@
 """Label training questions for the configuration agent: the best scorer and search settings.
 
 For each question, run the CORAG search with every scorer of the menu over a grid of
-settings, score each selection against the gold passages (ROUGE-L + gold recall), and keep
+settings, score each selection against the gold passages (ROUGE-L + gold recall; or, with
+`--label-by answers`, by a generator's answer from it against the gold answers), and keep
 the best scorer and settings (`training/labels.py`: `sweep_batch`, `finalize_labels`). Writes a JSONL of labels (one row
 per question, with `keep` marking those whose best scorer beats the second best by more than
 `--margin`) and `query_embeddings.npz` (the referenced query embeddings) next to it.
@@ -11,6 +12,9 @@ atomically (temp file + rename), so an interrupted run loses at most one chunk.
 
     python training/label_queries.py --out out/labels/labels.jsonl            # 300 train questions
     python training/label_queries.py --limit 8 --iterations 5 --out /tmp/l.jsonl   # smoke test
+    python training/label_queries.py --label-by answers --out out/labels_answers/labels.jsonl
+                                     # the paper's protocol: quality = F1 + ROUGE-L of the offline
+                                     # SmolLM2's answer from each distinct selection (--generator)
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an ins
 
 import jaxsel  # noqa: E402
 from jaxsel._src.io import atomic_savez  # noqa: E402
-from training import labels, qa  # noqa: E402
+from training import answers, labels, qa  # noqa: E402
 
 DEFAULT_DATA = os.path.join(ROOT, "..", "shared", "data", "hotpotqa", "dev_subsampled.jsonl")
 
@@ -67,6 +71,16 @@ def parse_args(argv=None):
   p.add_argument("--features", default=None,
                  help="cache of question features (.npz from qa.save_features; written if missing)")
   p.add_argument("--no-progress", action="store_true")
+  g = p.add_argument_group("labelling by generated answers (the CORAG paper's protocol)")
+  g.add_argument("--label-by", choices=("gold", "answers"), default="gold",
+                 help="a selection's quality: ROUGE-L + recall against the gold passages (default), "
+                      "or F1 + ROUGE-L of a generator's answer from it against the gold answers")
+  g.add_argument("--generator", default=None,
+                 help="answer model folder or hub id (default: the offline SmolLM2-135M-Instruct)")
+  g.add_argument("--gguf", default=None, help="a GGUF answer model file")
+  g.add_argument("--max-new-tokens", type=int, default=32)
+  g.add_argument("--answer-cache", default=None,
+                 help="generated answers (JSON, resumable; default: answers.json next to --out)")
   return p.parse_args(argv)
 
 
@@ -92,14 +106,23 @@ def main(argv=None) -> int:
     raise SystemExit(f"unknown scorer(s) {unknown}; available: "
                      f"{', '.join(labels.SCORERS + ('embedding', 'cross_encoder'))}")
   grid = labels.LabelGrid(args.iterations, args.cost_penalty, args.exploration)
+  quality_fn = None
+  if args.label_by == "answers":
+    generator = (jaxsel.load_generator(args.gguf) if args.gguf else jaxsel.load_generator(args.generator))
+    cache_path = args.answer_cache or os.path.join(os.path.dirname(os.path.abspath(args.out)), "answers.json")
+    quality_fn = labels.AnswerQuality(generator, cache=answers.AnswerCache(cache_path),
+                                      max_new_tokens=args.max_new_tokens,
+                                      log=None if args.no_progress else (lambda m: print(m, file=sys.stderr)))
 
   out_dir = os.path.dirname(os.path.abspath(args.out))
   os.makedirs(out_dir, exist_ok=True)
   emb_path = os.path.join(out_dir, "query_embeddings.npz")
   rows = labels.read_labels(args.out)
-  if rows and (rows[0].get("scorers") != scorers or rows[0].get("run", {}).get("budget") != args.budget):
-    raise SystemExit(f"{args.out} was labelled with other scorers or budget "
-                     f"({rows[0].get('scorers')}, {rows[0].get('run', {}).get('budget')}); use a new --out")
+  if rows and (rows[0].get("scorers") != scorers or rows[0].get("run", {}).get("budget") != args.budget
+               or rows[0].get("run", {}).get("label_by", "gold") != args.label_by):
+    raise SystemExit(f"{args.out} was labelled with other scorers, budget or --label-by "
+                     f"({rows[0].get('scorers')}, {rows[0].get('run', {}).get('budget')}, "
+                     f"{rows[0].get('run', {}).get('label_by', 'gold')}); use a new --out")
   done = {r["id"] for r in rows}
   emb = dict(np.load(emb_path)) if os.path.exists(emb_path) else {}
   todo = [e for e in examples if e.id not in done]
@@ -108,7 +131,9 @@ def main(argv=None) -> int:
   n_max = max(len(e.passages) for e in examples) if examples else 0
   run = {"data": os.path.basename(args.data), "budget": args.budget, "encoder": args.encoder,
          "grid": {"iterations": grid.iterations, "cost_penalty": grid.cost_penalty,
-                  "exploration": grid.exploration}, "margin": args.margin}
+                  "exploration": grid.exploration}, "margin": args.margin, "label_by": args.label_by}
+  if quality_fn is not None:
+    run["generator"] = {"name": quality_fn.generator.name, "max_new_tokens": args.max_new_tokens}
   cached = qa.FeatureCache(args.features, encoder=args.encoder, n_max=n_max) if args.features else None
   if todo and (cached is None or cached.get(todo) is None) and encoder is None:
     encoder = jaxsel.load_encoder(args.encoder)
@@ -127,7 +152,7 @@ def main(argv=None) -> int:
       tokens["cross_encoder"] = qa.tokenize(ce.tokenizer, batch, n_max=n_max)
     table = labels.sweep_batch(batch, feats, scorers=scorers, budget=args.budget, grid=grid,
                           max_depth=args.max_depth, builders=builders, tokens=tokens,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, quality_fn=quality_fn)
     for e, qual, q in zip(batch, table, feats.query):
       emb[e.id] = q
       rows.append({"id": e.id, "question": e.question, "scorers": scorers,

@@ -29,10 +29,12 @@ import numpy as np
 
 from tqdm.auto import tqdm
 
+import jaxsel
 from jaxsel import corag_search, cross_encoder_scorer, embedding_scorer
 from jaxsel._src import methods
 from jaxsel._src.io import atomic_write
-from training import evaluation, qa
+from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE
+from training import answers, evaluation, qa
 from training.qa import QAExample, QAFeatures
 
 # The paper's grid.
@@ -172,22 +174,71 @@ def quality(metrics: dict, *, recall_weight: float = 1.0) -> float:
   return metrics["rouge_l"] + recall_weight * metrics["recall"]
 
 
+def gold_quality(pairs: Sequence[tuple], costs: np.ndarray) -> list:
+  """`quality` of each `(question index, example, picked passages)` against the gold passages
+  (labelling by gold passages, the default). `costs` `[Q, N]`."""
+  return [quality(evaluation.selection_metrics(np.asarray(order), texts=ex.texts(), gold=ex.gold,
+                                               costs=costs[i][:len(ex.passages)], answers=ex.answers))
+          for i, ex, order in pairs]
+
+
+def answer_prompt(question: str, texts: Sequence[str], order: Sequence[int]) -> str:
+  """The prompt `Pipeline.answer` sends for the picked passages `order` of `texts` with its
+  defaults: the default template, the passages numbered in document order."""
+  picked = sorted(int(j) for j in order if j >= 0)
+  context = "\n\n".join(f"[{r + 1}] {texts[j]}" for r, j in enumerate(picked))
+  return DEFAULT_TEMPLATE.replace("{query}", question).replace("{context}", context)
+
+
+class AnswerQuality:
+  """Labelling by generated answers (the CORAG paper's protocol): a selection's quality is how
+  well a generator answers from it, token F1 (HotpotQA's normalisation) plus ROUGE-L F of the
+  answer against the gold answers, each the best over them (`jaxsel.answer_scores`).
+
+  Called by `sweep_batch` once per batch with every distinct selection, so the prompts go to
+  `generator.generate` in batches of `batch_size`; answers are cached on disk
+  (`training.answers.AnswerCache`, keyed by generator, `max_new_tokens` and prompt), so a
+  resumed or repeated sweep generates nothing twice. A question without a gold answer scores 0.
+  """
+
+  def __init__(self, generator, *, cache=None, max_new_tokens: int = 32, batch_size: int = 16,
+               log: Optional[Callable[[str], None]] = None):
+    self.generator, self.max_new_tokens, self.batch_size, self.log = generator, max_new_tokens, batch_size, log
+    self.cache = cache if cache is not None else answers.AnswerCache(None)
+    self.generated = 0
+
+  def __call__(self, pairs: Sequence[tuple], costs=None) -> list:
+    prompts = [answer_prompt(ex.question, ex.texts(), order) for _, ex, order in pairs]
+    texts, _, n = answers.generate_answers(
+        self.generator, prompts, cache=self.cache, max_new_tokens=self.max_new_tokens,
+        batch_size=self.batch_size, info=[{"id": ex.id, "method": "label"} for _, ex, _ in pairs],
+        log=self.log)
+    self.generated += n
+    out = []
+    for (_, ex, _), text in zip(pairs, texts):
+      golds = [a for a in ex.answers if a.strip()]
+      s = jaxsel.answer_scores(text, golds) if golds else {"f1": 0.0, "rougeL": 0.0}
+      out.append(s["f1"] + s["rougeL"])
+    return out
+
+
 def sweep_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers: Sequence[str],
                 budget: float, grid: LabelGrid = LabelGrid(), max_depth: int = 6,
                 builders: Optional[Dict[str, Callable]] = None, tokens=None,
-                progress: bool = False) -> np.ndarray:
+                progress: bool = False, quality_fn: Optional[Callable] = None) -> np.ndarray:
   """Quality of every (question, scorer, setting): `[Q, S, G]` with G = `len(grid.settings())`.
 
-  For each (scorer, setting) the whole batch runs as one vmapped search; identical
-  selections of a question share their (slow, pure-Python) ROUGE-L computation."""
+  For each (scorer, setting) the whole batch runs as one vmapped search; then every distinct
+  selection of a question is scored once, all in one call of `quality_fn(pairs, costs)`
+  (`pairs`: `(question index, example, picked passages)`; default `gold_quality`, labelling
+  by gold passages; `AnswerQuality` labels by generated answers)."""
   q = len(examples)
   if features.costs.shape[0] != q:
     raise ValueError(f"`features` hold {features.costs.shape[0]} questions, `examples` {q}.")
   if not scorers:
     raise ValueError("`scorers` is empty.")
   settings = grid.settings()
-  table = np.zeros((q, len(scorers), len(settings)))
-  cache: dict = {}
+  where: dict = {}  # (question, selection) -> the table cells it fills
   bar = None
   if progress:
     bar = tqdm(total=len(scorers) * len(settings), desc="label", unit="run")
@@ -195,17 +246,19 @@ def sweep_batch(examples: Sequence[QAExample], features: QAFeatures, *, scorers:
     for g, (it, lam, c) in enumerate(settings):
       orders = search_orders(features, s, budget=budget, iterations=it, cost_penalty=lam,
                              exploration=c, max_depth=max_depth, builders=builders, tokens=tokens)
-      for i, ex in enumerate(examples):
-        key = (i, tuple(int(x) for x in orders[i] if x >= 0))
-        if key not in cache:
-          m = evaluation.selection_metrics(orders[i], texts=ex.texts(), gold=ex.gold,
-                                           costs=features.costs[i][:len(ex.passages)], answers=ex.answers)
-          cache[key] = quality(m)
-        table[i, si, g] = cache[key]
+      for i in range(q):
+        where.setdefault((i, tuple(int(x) for x in orders[i] if x >= 0)), []).append((si, g))
       if bar is not None:
         bar.update(1)
   if bar is not None:
     bar.close()
+  keys = list(where)
+  values = (quality_fn or gold_quality)([(i, examples[i], order) for i, order in keys],
+                                        np.asarray(features.costs))
+  table = np.zeros((q, len(scorers), len(settings)))
+  for key, v in zip(keys, values):
+    for si, g in where[key]:
+      table[key[0], si, g] = v
   return table
 
 

@@ -16,6 +16,7 @@ Plain Python, outside jit. PyTorch (optional) is imported only when a local mode
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import importlib.util
 import json
 import math
@@ -261,12 +262,11 @@ def load_generator(name_or_path=None, *, from_gguf=None, system: Optional[str] =
     for module in ("gguf", "accelerate"):
       _require(module, "loading a GGUF file", 'python -m pip install "jaxsel[llm]"')
 
-  settings = dict(local_files_only=offline)
-  if gguf_file is not None:
-    settings["gguf_file"] = gguf_file
   try:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(where, **settings)
-    model = transformers.AutoModelForCausalLM.from_pretrained(where, **settings)
+    if name_or_path is None and from_gguf is None:
+      model, tokenizer = _load_offline_default(where, gguf_file)
+    else:
+      model, tokenizer = _load_model(where, gguf_file, offline)
   except OSError as e:
     raise OSError(
         f"could not load the model {name!r}: {e}\nA hub id needs the hub (or the model in the "
@@ -275,6 +275,23 @@ def load_generator(name_or_path=None, *, from_gguf=None, system: Optional[str] =
         "or GGUF file, or call load_generator() for the offline default model.") from e
   return TransformersGenerator(model, tokenizer, name=name, system=system,
                                batch_size=batch_size, chat_template=chat_template)
+
+
+def _load_model(where: str, gguf_file: Optional[str], offline: bool):
+  settings = dict(local_files_only=offline)
+  if gguf_file is not None:
+    settings["gguf_file"] = gguf_file
+  tokenizer = transformers.AutoTokenizer.from_pretrained(where, **settings)
+  model = transformers.AutoModelForCausalLM.from_pretrained(where, **settings)
+  return model, tokenizer
+
+
+@functools.lru_cache(maxsize=1)
+def _load_offline_default(where: str, gguf_file: Optional[str]):
+  """The offline default's model and tokenizer, de-quantised once per process (a few seconds);
+  each `default_generator()` wraps them in a new `TransformersGenerator` (generation does not
+  change the model)."""
+  return _load_model(where, gguf_file, True)
 
 
 def default_generator(**settings) -> TransformersGenerator:

