@@ -13,10 +13,22 @@ import nbformat
 from nbclient import NotebookClient
 
 
+def _machine_noise(output) -> bool:
+  """tqdm's warning that this kernel has no ipywidgets (Colab has them): it names this
+  machine's paths and says nothing about the notebook."""
+  text = "".join(output.get("text", "")) if output.get("output_type") == "stream" else ""
+  lines = [x for x in text.splitlines() if x.strip()]
+  return bool(lines) and "TqdmWarning: IProgress not found" in lines[0] and all(
+      "TqdmWarning" in x or "notebook_tqdm" in x for x in lines)
+
+
 def execute(path: Path, timeout: int) -> None:
   nb = nbformat.read(path, as_version=4)
   NotebookClient(nb, timeout=timeout, kernel_name="python3",
                  resources={"metadata": {"path": str(path.parent)}}).execute()
+  for cell in nb.cells:
+    if cell.cell_type == "code":
+      cell.outputs = [o for o in cell.outputs if not _machine_noise(o)]
   tmp = path.with_suffix(".ipynb.tmp")
   nbformat.write(nb, tmp)
   os.replace(tmp, path)  # atomic: a failed run leaves the notebook as it was

@@ -42,6 +42,20 @@ def test_the_install_cell_installs_what_this_repository_builds(path, tmp_path, m
   assert ns["jaxsel_source"]() == "/somewhere/jaxsel"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_committed_with_their_outputs(path):
+  """They read with tables and plots on the web and in Colab (`make notebooks`): every code
+  cell after the install cell ran, in order, without error, and at least one plot is there."""
+  nb = nbformat.read(path, as_version=4)
+  code = [c for c in nb.cells if c.cell_type == "code"][1:]
+  assert [c.execution_count for c in code] == list(range(2, len(code) + 2)), "run `make notebooks`"
+  outputs = [o for c in code for o in c.outputs]
+  assert all(c.outputs for c in code)
+  assert not [o for o in outputs if o.output_type == "error"]
+  assert any("image/png" in o.get("data", {}) for o in outputs)
+  assert not any("/work/" in str(o) or "site-packages" in str(o) for o in outputs)  # no machine paths
+
+
 @pytest.fixture(scope="module")
 def kernel_name(tmp_path_factory):
   """A kernelspec that runs this interpreter (the one with jaxsel installed)."""
