@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from flax import struct
 
+from compiles import CompileCounter
+
 import jaxsel
 from jaxsel._src import baselines
 from jaxsel._src.scorers import base as scorer_base
@@ -354,3 +356,24 @@ def test_any_callable_is_a_scorer():
                             iterations=8, normalize=True)  # scale-free: the same tree
   np.testing.assert_array_equal(got.order, ref.order)
   np.testing.assert_allclose(got.value, 2 * ref.value, rtol=1e-6)
+
+
+def test_a_batch_of_scorers_compiles_once():
+  """`vmap(corag_search)` over a batch of scorers, called eagerly again with new values of the
+  same shapes, compiles nothing (the search is one jit-compiled program per shape)."""
+  counter = CompileCounter()
+
+  def run(seed):
+    r = np.random.default_rng(seed)
+    rel = jnp.asarray(r.random((3, 20)), jnp.float32)
+    batch = jax.vmap(jaxsel.relevance_scorer)(rel)
+    costs = jnp.asarray(r.integers(20, 60, (3, 20)), jnp.float32)
+    found = jax.vmap(lambda s, c: jaxsel.corag_search(s, c, budget=200.0, iterations=8))(batch, costs)
+    for i in range(3):  # each problem of the batch is the unbatched search
+      one = jaxsel.corag_search(jaxsel.relevance_scorer(rel[i]), costs[i], budget=200.0, iterations=8)
+      np.testing.assert_array_equal(np.asarray(found.order[i]), np.asarray(one.order))
+
+  run(0)
+  with counter:
+    run(1)
+  assert counter.count == 0

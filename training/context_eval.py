@@ -136,8 +136,11 @@ class RunStore:
 
 def _settings(pipe) -> dict:
   cfg = pipe.config
-  return {k: getattr(cfg, k) for k in ("method", "corag_scorer", "iterations", "exploration",
-                                        "cost_penalty", "top_up", "discount", "unit", "max_tokens")}
+  out = {k: getattr(cfg, k) for k in ("method", "corag_scorer", "iterations", "exploration",
+                                       "cost_penalty", "top_up", "discount", "unit", "max_tokens")}
+  if cfg.method == "corag" and cfg.corag_scorer == "bridge":
+    out["bridge_weights"] = dict(methods.BRIDGE_WEIGHTS)  # the registry's weights may change
+  return out
 
 
 def run_pipelines(pipes: Dict[str, object], examples: Sequence[QAExample], store: RunStore, *,

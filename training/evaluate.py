@@ -274,7 +274,7 @@ def tables_markdown(res: dict, budgets) -> list:
 def crossval_markdown(cv: dict, budgets) -> list:
   lines = ["| held out (questions) | configuration chosen on the other groups | NaiveRAG " + "/".join(map(str, budgets))
            + " | " + " | ".join(f"Δ{b} [CI]" for b in budgets) + " | default Δ" + "/".join(map(str, budgets))
-           + " | held-out set's own best (mean Δ) |", "|---" * (4 + len(budgets)) + "|"]
+           + " | held-out set's own best (mean Δ) |", "|---" * (5 + len(budgets)) + "|"]
   for r in cv["rows"]:
     lines.append(f"| {r['held_out']} ({r['n']}) | {r['chosen']} | "
                  + "/".join(f"{r['naive'][b]:.1f}" for b in budgets) + " | "

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxsel
+from compiles import CompileCounter
 from doubles import EchoGenerator
 from jaxsel._src import baselines, methods
 from jaxsel._src.scorers import basic as scorers
@@ -407,26 +408,6 @@ def test_precomputed_embeddings_are_not_embedded_again(enc):
     Pipeline(enc).select(Q0, passages, budget=150, embeddings=e, query_embeddings=q[:, :5])
 
 
-class CompileCounter:
-  """Counts XLA compilations (`jax.monitoring`'s backend-compile events) while active."""
-
-  def __init__(self):
-    self.count = 0
-    self.active = False
-    jax.monitoring.register_event_duration_secs_listener(self._on_event)
-
-  def _on_event(self, event, duration, **kwargs):
-    if self.active and event == "/jax/core/compile/backend_compile_duration":
-      self.count += 1
-
-  def __enter__(self):
-    self.count, self.active = 0, True
-    return self
-
-  def __exit__(self, *exc):
-    self.active = False
-
-
 COMPILES = CompileCounter()
 
 
@@ -476,6 +457,12 @@ def test_repeat_select_compiles_nothing(enc):
       pipe.select(Q0, [SMALL], budget=120)
       pipe.replace(cache_size=0).select(Q0, [SMALL], budget=150)  # embeds again: same shapes
     assert COMPILES.count == 0, method
+    requests = [(Q0, [SMALL]), ("Who wrote it?", [SMALL[:400], SMALL[400:]])]
+    pipe.select_many(requests, budget=150)
+    with COMPILES:
+      pipe.select_many(requests, budget=140)
+      pipe.select_many(requests[::-1], budget=150)
+    assert COMPILES.count == 0, ("select_many", method)
 
 
 def test_late_chunking_embeds_each_document_once(enc):
