@@ -31,7 +31,7 @@ GRID = {
     "entities 0.3": {"entities": 0.3},
     "entities 0": {"entities": 0.0},
     "same group 0": {"same_group": 0.0},
-    "same group 1": {"same_group": 1.0},  # the first default
+    "same group 5": {"same_group": 5.0},
     "mention 1.0, link 0.5": {"mention": 1.0, "link": 0.5},
     "5 iterations": {"iterations": 5},
     "30 iterations": {"iterations": 30},
