@@ -211,9 +211,15 @@ def markdown_table(summary: dict, *, baseline: str = "naive") -> str:
   return "\n".join(lines)
 
 
+# A line of a generated markdown section from which on the text is hand-written: a rewrite of
+# the section keeps it (and what follows it, up to the next `## ` heading).
+KEEP = "<!-- hand-written below: kept when the section is rewritten -->"
+
+
 def write_section(path: str, heading: str, body: str) -> None:
   """Replaces the markdown section that starts with the line `heading` (up to the next `## `
-  heading), or appends it; atomically."""
+  heading), or appends it; atomically. The old section's hand-written tail, from the line
+  `KEEP` on, is kept after the new body."""
   text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Benchmarks\n"
   section = heading + "\n\n" + body.strip("\n") + "\n"
   start = text.find(heading + "\n")
@@ -221,5 +227,9 @@ def write_section(path: str, heading: str, body: str) -> None:
     text = text.rstrip("\n") + "\n\n" + section
   else:
     nxt = text.find("\n## ", start + len(heading))
+    old = text[start:nxt + 1 if nxt >= 0 else len(text)]
+    keep = old.find(KEEP)
+    if keep >= 0:
+      section += "\n" + old[keep:].rstrip("\n") + "\n"
     text = text[:start] + section + ("\n" + text[nxt + 1:] if nxt >= 0 else "")
   atomic_write(path, text.encode("utf-8"))

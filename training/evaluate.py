@@ -42,7 +42,7 @@ sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an ins
 
 import jaxsel  # noqa: E402
 from jaxsel._src.io import atomic_write, file_sha256  # noqa: E402
-from training import agent_eval, context_eval, crossval, qa_sets  # noqa: E402
+from training import agent_eval, answers, context_eval, crossval, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
 SECTION = "## Evaluation"
@@ -417,19 +417,6 @@ def notes(report: dict) -> list:
   return out
 
 
-def write_section(path: str, section: str) -> None:
-  """Replaces (or appends) the `## Evaluation` section of a markdown file, atomically."""
-  text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Benchmarks\n"
-  start = text.find(SECTION + "\n")
-  if start < 0:
-    text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-  else:
-    nxt = text.find("\n## ", start + len(SECTION))
-    end = len(text) if nxt < 0 else nxt + 1
-    text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + text[end:] if nxt >= 0 else "")
-  atomic_write(path, text.encode("utf-8"))
-
-
 def main(argv=None, *, encoder=None) -> int:
   args = parse_args(argv)
   parts = [p for p in args.parts.split(",") if p]
@@ -466,7 +453,7 @@ def main(argv=None, *, encoder=None) -> int:
   section = markdown(report, cmd.strip())
   print(section)
   if args.readme:
-    write_section(args.readme, section)
+    answers.write_section(args.readme, SECTION, section[len(SECTION):])
   return 0
 
 

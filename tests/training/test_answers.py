@@ -123,3 +123,12 @@ def test_cache_survives_a_stop_between_batches(sample, tmp_path):
   (tmp_path / "bad.json").write_text('{"format": "other"}', "utf-8")
   with pytest.raises(ValueError, match="not an answer cache"):
     answers.AnswerCache(str(tmp_path / "bad.json"))
+
+
+def test_write_section_keeps_the_hand_written_tail(tmp_path):
+  path = tmp_path / "README.md"
+  path.write_text("# B\n\n## A\n\nold\n" + answers.KEEP + "\n\nnotes\n\n## C\n\nc\n", "utf-8")
+  answers.write_section(str(path), "## A", "new")
+  assert path.read_text("utf-8") == "# B\n\n## A\n\nnew\n\n" + answers.KEEP + "\n\nnotes\n\n## C\n\nc\n"
+  answers.write_section(str(path), "## C", "c2")  # a section without the marker: all replaced
+  assert path.read_text("utf-8").endswith("notes\n\n## C\n\nc2\n")

@@ -192,8 +192,15 @@ def test_label_train_evaluate_scripts_end_to_end(tmp_path, monkeypatch):
   assert "joint_diff" in res["agent"]
   text = readme.read_text()
   assert "keep me" in text and "## Evaluation" in text and "CORAG + agent" in text
-  evaluate_script.main(eargs, encoder=HashEncoder())  # rewriting replaces the section
-  assert readme.read_text().count("## Evaluation") == 1 and "keep me" in readme.read_text()
+  # Rewriting replaces the generated section and keeps its hand-written tail.
+  from training import answers
+  assert text.index("## Other") < text.index("## Evaluation")  # appended: the last section
+  readme.write_text(text + "\n" + answers.KEEP + "\n\nmy notes\n")
+  evaluate_script.main(eargs, encoder=HashEncoder())
+  again = readme.read_text()
+  assert again.count("## Evaluation") == 1 and "keep me" in again and "CORAG + agent" in again
+  assert again.endswith("\n" + answers.KEEP + "\n\nmy notes\n")
+  assert again.count(answers.KEEP) == 1 and again.index("CORAG + agent") < again.index("my notes")
 
 
 def test_finalize_labels_ties_go_to_the_choice_best_on_average():
