@@ -25,7 +25,6 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel._src import methods
 from jaxsel._src.agent.train import make_dataset, split_dataset
 from training import context_eval, qa_sets
 
@@ -39,9 +38,7 @@ def run_menu(base_pipe, prepared: Sequence, store: context_eval.RunStore, *, men
   """Every menu scorer (`"menu:<scorer>"`) on the `prepared` questions of one set."""
   pipe = base_pipe.replace(method="corag")
   for s in menu:
-    settings = {"scorer": s, "pipeline": "corag defaults"}
-    if s == "bridge":  # the registry's weights may change
-      settings["bridge_weights"] = dict(methods.BRIDGE_WEIGHTS)
+    settings = {"scorer": s, "pipeline": "corag defaults", **context_eval.scorer_settings(s)}
     context_eval.run_batched(pipe, prepared, store, "menu:" + s, budgets=budgets,
                              settings=settings, scorer=s)
 

@@ -134,12 +134,18 @@ class RunStore:
       atomic_write(self.path, json.dumps(self.data).encode("utf-8"))
 
 
+def scorer_settings(scorer) -> dict:
+  """What a stored run with the registry scorer `scorer` depends on besides its name: the
+  bridge scorer's weights, which may change between runs."""
+  return {"bridge_weights": dict(methods.BRIDGE_WEIGHTS)} if scorer == "bridge" else {}
+
+
 def _settings(pipe) -> dict:
   cfg = pipe.config
   out = {k: getattr(cfg, k) for k in ("method", "corag_scorer", "iterations", "exploration",
                                        "cost_penalty", "top_up", "discount", "unit", "max_tokens")}
-  if cfg.method == "corag" and cfg.corag_scorer == "bridge":
-    out["bridge_weights"] = dict(methods.BRIDGE_WEIGHTS)  # the registry's weights may change
+  if cfg.method == "corag":
+    out.update(scorer_settings(cfg.corag_scorer))
   return out
 
 

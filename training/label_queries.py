@@ -75,13 +75,17 @@ def parse_args(argv=None):
   g.add_argument("--label-by", choices=("gold", "answers"), default="gold",
                  help="a selection's quality: ROUGE-L + recall against the gold passages (default), "
                       "or F1 + ROUGE-L of a generator's answer from it against the gold answers")
-  g.add_argument("--generator", default=None,
-                 help="answer model folder or hub id (default: the offline SmolLM2-135M-Instruct)")
-  g.add_argument("--gguf", default=None, help="a GGUF answer model file")
+  which = g.add_mutually_exclusive_group()
+  which.add_argument("--generator", default=None,
+                     help="answer model folder or hub id (default: the offline SmolLM2-135M-Instruct)")
+  which.add_argument("--gguf", default=None, help="a GGUF answer model file")
   g.add_argument("--max-new-tokens", type=int, default=32)
   g.add_argument("--answer-cache", default=None,
                  help="generated answers (JSON, resumable; default: answers.json next to --out)")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  if args.label_by != "answers" and (args.generator or args.gguf or args.answer_cache):
+    p.error("--generator, --gguf and --answer-cache apply to --label-by answers")
+  return args
 
 
 def main(argv=None) -> int:
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
   grid = labels.LabelGrid(args.iterations, args.cost_penalty, args.exploration)
   quality_fn = None
   if args.label_by == "answers":
-    generator = (jaxsel.load_generator(args.gguf) if args.gguf else jaxsel.load_generator(args.generator))
+    generator = jaxsel.load_generator(args.gguf or args.generator)
     cache_path = args.answer_cache or os.path.join(os.path.dirname(os.path.abspath(args.out)), "answers.json")
     quality_fn = labels.AnswerQuality(generator, cache=answers.AnswerCache(cache_path),
                                       max_new_tokens=args.max_new_tokens,

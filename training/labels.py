@@ -33,7 +33,7 @@ import jaxsel
 from jaxsel import corag_search, cross_encoder_scorer, embedding_scorer
 from jaxsel._src import methods
 from jaxsel._src.io import atomic_write
-from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE
+from jaxsel._src.pipeline import result
 from training import answers, evaluation, qa
 from training.qa import QAExample, QAFeatures
 
@@ -186,8 +186,8 @@ def answer_prompt(question: str, texts: Sequence[str], order: Sequence[int]) -> 
   """The prompt `Pipeline.answer` sends for the picked passages `order` of `texts` with its
   defaults: the default template, the passages numbered in document order."""
   picked = sorted(int(j) for j in order if j >= 0)
-  context = "\n\n".join(f"[{r + 1}] {texts[j]}" for r, j in enumerate(picked))
-  return DEFAULT_TEMPLATE.replace("{query}", question).replace("{context}", context)
+  return result.fill_template(result.DEFAULT_TEMPLATE, [question],
+                              result.join_context([texts[j] for j in picked]))
 
 
 class AnswerQuality:

@@ -305,3 +305,12 @@ def test_labelling_by_generated_answers_with_the_offline_smollm2(sample, tmp_pat
   picks = [p.doc for p in sel.passages]
   assert len(picks) >= 2 and picks != sorted(picks)  # the prompt reorders them
   assert labels.answer_prompt(e.question, e.texts(), picks + [-1]) == answers.answer_prompt(sel)
+
+
+def test_label_queries_answer_options_need_label_by_answers():
+  with pytest.raises(SystemExit):
+    label_queries.parse_args(["--generator", "some/model"])
+  with pytest.raises(SystemExit):
+    label_queries.parse_args(["--label-by", "answers", "--generator", "a", "--gguf", "b.gguf"])
+  args = label_queries.parse_args(["--label-by", "answers", "--gguf", "b.gguf"])
+  assert args.gguf == "b.gguf" and args.generator is None

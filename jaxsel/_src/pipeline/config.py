@@ -51,9 +51,9 @@ class PipelineConfig:
       (`jaxsel.available_scorers()`), or a callable `(request: jaxsel.Request) -> scorer`.
       The default ``"bridge"`` adds to relevance what a multi-hop question needs: the entities
       it names, a second passage named by an earlier one or sharing its rarer names, and a
-      cost for reading one document (or section) twice; the signals come from the text itself (lead entity:
-      a heading, a leading "Title: ", else a first capitalised phrase), no titles needed. The
-      others: the objectives, ``"relevance"``, and the link scorers ``"links"`` /
+      cost for reading one document (or section) twice; the signals come from the text itself
+      (lead entity: a heading, a leading "Title: ", else a first capitalised phrase), no titles
+      needed. The others: the objectives, ``"relevance"``, and the link scorers ``"links"`` /
       ``"mentions_links"``.
     discount: position discount of the objective and relevance scorers (earlier chunks count
       more), in (0, 1].

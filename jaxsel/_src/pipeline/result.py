@@ -25,6 +25,18 @@ DEFAULT_TEMPLATE = (
 TEXT_TEMPLATE = "{context}"
 
 
+def join_context(texts, *, numbered: bool = True) -> str:
+  """Passages joined into a prompt's context: blank lines between, `[1] `, `[2] `, … before."""
+  if not numbered:
+    return "\n\n".join(texts)
+  return "\n\n".join(f"[{i + 1}] {t}" for i, t in enumerate(texts))
+
+
+def fill_template(template: str, queries, context: str) -> str:
+  """`template` with `{query}` (the queries, one per line) and `{context}` filled in."""
+  return template.replace("{query}", "\n".join(queries)).replace("{context}", context)
+
+
 @dataclasses.dataclass
 class SelectionResult:
   """What `Pipeline.select` picked, in pick order, and why.
@@ -66,9 +78,7 @@ class SelectionResult:
       ps.sort(key=lambda p: (p.doc, p.start))
     if self.unit == "word":
       return self._words(ps)
-    if not numbered:
-      return "\n\n".join(p.text for p in ps)
-    return "\n\n".join(f"[{i + 1}] {p.text}" for i, p in enumerate(ps))
+    return join_context([p.text for p in ps], numbered=numbered)
 
   def _words(self, ps: list) -> str:
     """Picked words in reading order: neighbours in a document keep the text between them,
@@ -95,8 +105,7 @@ class SelectionResult:
       template = DEFAULT_TEMPLATE if self.queries else TEXT_TEMPLATE
     if "{context}" not in template:
       raise ValueError("`template` must contain '{context}' (and usually '{query}').")
-    return template.replace("{query}", "\n".join(self.queries)).replace(
-        "{context}", self.context(order=order, numbered=numbered))
+    return fill_template(template, self.queries, self.context(order=order, numbered=numbered))
 
   def to_dict(self) -> dict:
     """A JSON-serialisable summary (the `jaxsel select --json` schema)."""
