@@ -96,9 +96,11 @@ def lead_entity(text: str, title: Optional[str] = None) -> str:
   return found[0] if found else ""
 
 
-def _pattern(phrase: str):
+def whole_words(phrase: str, *, case_sensitive: bool = False) -> "re.Pattern":
+  """A pattern finding `phrase` as whole words, any whitespace between them (`"Paris"` does
+  not match `"Parisian"`)."""
   words = r"\s+".join(re.escape(w) for w in phrase.split())
-  return re.compile(r"(?<!\w)" + words + r"(?!\w)", re.IGNORECASE)
+  return re.compile(r"(?<!\w)" + words + r"(?!\w)", 0 if case_sensitive else re.IGNORECASE)
 
 
 def group_ids(docs: Sequence[int], titles: Sequence[Optional[str]]) -> np.ndarray:
@@ -118,7 +120,7 @@ def bridge_signals(query: str, texts: Sequence[str], docs: Sequence[int],
   for i, k in enumerate(groups):
     first.setdefault(int(k), i)
   leads = [strip_parenthetical(lead_entity(texts[first[k]], titles[first[k]])) for k in range(g)]
-  patterns = {k: _pattern(t) for k, t in enumerate(leads) if len(t) >= MIN_CHARS}
+  patterns = {k: whole_words(t) for k, t in enumerate(leads) if len(t) >= MIN_CHARS}
   same_lead = {k: {m for m in patterns if leads[m].lower() == leads[k].lower()} for k in patterns}
   names = np.zeros((n, g), np.float32)  # passage i names group k's lead
   for i, text in enumerate(texts):

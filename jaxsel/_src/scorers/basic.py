@@ -20,7 +20,6 @@ Model scorers (an encoder or cross-encoder over the assembled tokens) are in `sc
 
 from __future__ import annotations
 
-import re
 from typing import Optional, Sequence
 
 import jax
@@ -28,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxsel._src import checks, pytree
+from jaxsel._src import bridge, checks, pytree
 from jaxsel._src.scorers.base import (Composable, check_discount, check_n, discount_at,
                                       discounts, safe_order)
 from jaxsel._src.types import Objective
@@ -201,12 +200,6 @@ def link_scorer(link, *, source=None) -> LinkScorer:
   return LinkScorer(link=link, source=source)
 
 
-def _normalise_title(title: str, strip_parenthetical: bool) -> str:
-  if strip_parenthetical:
-    title = re.sub(r"\s*\([^)]*\)\s*$", "", title)
-  return " ".join(title.split())
-
-
 def title_links(texts: Sequence[str], titles: Sequence[str], *, case_sensitive: bool = False,
                 strip_parenthetical: bool = True, min_chars: int = 3) -> np.ndarray:
   """Link matrix `[N, N]` float32: `link[i, j] = 1` where chunk j's title occurs in chunk i's text.
@@ -221,14 +214,13 @@ def title_links(texts: Sequence[str], titles: Sequence[str], *, case_sensitive: 
   if len(texts) != len(titles):
     raise ValueError(f"`texts` and `titles` must have the same length, got {len(texts)} and {len(titles)}.")
   n = len(texts)
-  flags = 0 if case_sensitive else re.IGNORECASE
-  norm = [_normalise_title(t, strip_parenthetical) for t in titles]
+  norm = [bridge.strip_parenthetical(t) if strip_parenthetical else " ".join(t.split())
+          for t in titles]
   link = np.zeros((n, n), np.float32)
   for j, t in enumerate(norm):
     if len(t) < min_chars:
       continue
-    words = r"\s+".join(re.escape(w) for w in t.split())  # any whitespace between words
-    pat = re.compile(r"(?<!\w)" + words + r"(?!\w)", flags)
+    pat = bridge.whole_words(t, case_sensitive=case_sensitive)
     for i, text in enumerate(texts):
       if i != j and norm[i] != t and pat.search(text):
         link[i, j] = 1.0
