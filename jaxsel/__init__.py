@@ -30,7 +30,7 @@ from jaxsel._src.text import Passage, split_documents, split_text, token_costs
 from jaxsel._src.index import SearchHits, VectorIndex
 from jaxsel._src.methods import Request
 from jaxsel._src.pipeline.config import PipelineConfig
-from jaxsel._src.pipeline.pipeline import Pipeline, available_methods, available_scorers
+from jaxsel._src.pipeline.selection import Pipeline, available_methods, available_scorers
 from jaxsel._src.pipeline.result import Answer, SelectionResult
 from jaxsel._src.generation import (EndpointError, Generator, OpenAIGenerator, TransformersGenerator,
                                     load_generator)

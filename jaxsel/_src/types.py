@@ -120,3 +120,17 @@ class Encoder(Protocol):
              progress: Optional[bool] = None) -> Array:
     """`[N, D]` embeddings of `texts`, each prefixed with `prompts[prompt_name]` (no prefix
     for None); L2-normalised when `normalize`."""
+
+
+@runtime_checkable
+class Configurator(Protocol):
+  """What the Pipeline asks per CORAG request (`Pipeline(agent=...)`): given the request's
+  features, which scorer and search settings. The trained `jaxsel.ConfigAgent` is one.
+
+  `predict(features [D]) -> choice`, where `features` is the mean of the request's query
+  embeddings and `choice` has `scorer` (a registry name), `iterations` (int), `exploration`
+  and `cost_penalty` (floats), as `jaxsel.SearchChoice` does.
+  """
+
+  def predict(self, features: Array) -> Any:
+    ...

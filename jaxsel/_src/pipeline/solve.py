@@ -12,8 +12,9 @@ never picked and never counted, so the picks are those of the unpadded request.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -61,13 +62,48 @@ class Inputs(NamedTuple):
 
 
 class Settings(NamedTuple):
-  """Numbers that may change per request without recompiling."""
-  budget: Array  # [] tokens (ignored when the request has none)
-  min_gain: Array  # [] (ignored when None)
+  """Numbers that may change per request without recompiling (`[B]` for `select_many`)."""
+  budget: Array  # [] tokens; inf: no budget
+  min_gain: Array  # [] (ignored unless `SolveConfig.use_min_gain`)
   discount: Array  # []
   exploration: Array  # []
   cost_penalty: Array  # []
   diversity: Array  # []
+
+  @classmethod
+  def of(cls, *, budget: float, min_gain: Optional[float], discount: float, exploration: float,
+         cost_penalty: float, diversity: float) -> "Settings":
+    """Host float32 scalars; `min_gain` None is 0 (then `use_min_gain` is off)."""
+    return cls(*(np.float32(x) for x in (budget, 0.0 if min_gain is None else min_gain, discount,
+                                         exploration, cost_penalty, diversity)))
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveConfig:
+  """What fixes a compiled solve: hashable, the one static argument of `solve`.
+
+  Attributes:
+    method: the Pipeline's method (`methods.METHODS`).
+    k: picks (positions of the output arrays); depth: most picks of mmr/naive/CORAG.
+    greedy_method, nonneg, backend: as in `PipelineConfig`.
+    scorer, iterations: the CORAG scorer (a registry name or a builder) and search length.
+    dense: build the `[N, N]` similarity (else the matrix-free objectives).
+    knapsack: greedy under the budget (a finite `Settings.budget`), or plain greedy.
+    use_min_gain: greedy stops below `Settings.min_gain`.
+    top_up: fill the budget the CORAG search leaves with the most relevant candidates.
+  """
+  method: str
+  k: int
+  depth: int
+  greedy_method: str = "lazy"
+  scorer: Any = "bridge"
+  iterations: int = 15
+  nonneg: str = "clip"
+  dense: bool = True
+  backend: str = "auto"
+  knapsack: bool = True
+  use_min_gain: bool = False
+  top_up: bool = False
 
 
 class Output(NamedTuple):
@@ -88,41 +124,39 @@ def _prefix_values(scorer, order: Array):
   return values[1:], jnp.diff(values)
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "method", "k", "depth", "greedy_method", "scorer", "iterations", "nonneg", "dense", "backend",
-    "use_budget", "use_min_gain", "top_up"))
-def solve(inputs: Inputs, settings: Settings, *, method: str, k: int, depth: int,
-          greedy_method: str, scorer, iterations: int, nonneg: str, dense: bool, backend: str,
-          use_budget: bool, use_min_gain: bool, top_up: bool = False) -> Output:
+@functools.partial(jax.jit, static_argnames=("config",))
+def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   """Picks for one padded request (see the module docstring); `jax.vmap` it for a batch."""
+  c = config
   req = methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
                         links=inputs.links, mentioned=inputs.mentioned,
                         entities=inputs.entities, groups=inputs.groups, valid=inputs.valid,
-                        query_valid=inputs.query_valid, nonneg=nonneg, dense=dense)
+                        query_valid=inputs.query_valid, nonneg=c.nonneg, dense=c.dense)
   no = jnp.zeros((), bool)
-  if method in methods.SUBMODULAR:
-    obj = methods.objective(method, req, nonneg=nonneg, backend=backend)
-    sel = greedy(obj, k=k, costs=req.costs if use_budget else None,
-                 budget=settings.budget if use_budget else None,
-                 min_gain=settings.min_gain if use_min_gain else None, method=greedy_method,
-                 key=jax.random.key(0) if greedy_method == "stochastic" else None)
+  if c.method in methods.SUBMODULAR:
+    obj = methods.objective(c.method, req, nonneg=c.nonneg, backend=c.backend)
+    knapsack = {"costs": req.costs, "budget": settings.budget} if c.knapsack else {}
+    sel = greedy(obj, k=c.k, min_gain=settings.min_gain if c.use_min_gain else None,
+                 method=c.greedy_method, **knapsack,
+                 key=jax.random.key(0) if c.greedy_method == "stochastic" else None)
     return Output(sel.indices, sel.gains.astype(jnp.float32), sel.values.astype(jnp.float32),
                   sel.count, req.relevance, no)
-  total = settings.budget if use_budget else jnp.sum(req.costs)
+  # No budget (inf): every candidate fits, and CORAG's cost penalty is relative to them all.
+  total = jnp.where(jnp.isfinite(settings.budget), settings.budget, jnp.sum(req.costs))
   rel = methods.best_relevance(req)
-  if method == "naive":
+  if c.method == "naive":
     sc = methods.scorer("relevance", req, discount=1.0)  # curve: total relevance
-    res = naive_rag(sc, req.costs, budget=total, max_depth=depth, relevance=rel, valid=req.valid)
-  elif method == "mmr":
+    res = naive_rag(sc, req.costs, budget=total, max_depth=c.depth, relevance=rel, valid=req.valid)
+  elif c.method == "mmr":
     sc = methods.scorer("facility_location", req, discount=1.0)  # curve: f(S)
     res = mmr(sc, req.costs, budget=total, similarity=req.similarity, diversity=settings.diversity,
-              max_depth=depth, relevance=rel, valid=req.valid)
+              max_depth=c.depth, relevance=rel, valid=req.valid)
   else:
-    sc = methods.scorer(scorer, req, discount=settings.discount)
-    res = corag_search(sc, req.costs, budget=total, iterations=iterations,
+    sc = methods.scorer(c.scorer, req, discount=settings.discount)
+    res = corag_search(sc, req.costs, budget=total, iterations=c.iterations,
                        exploration=settings.exploration, cost_penalty=settings.cost_penalty,
-                       max_depth=depth, valid=req.valid)
-    if top_up:
+                       max_depth=c.depth, valid=req.valid)
+    if c.top_up:
       res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid))
   curve, gains = _prefix_values(sc, res.order)
   nonfinite = no if res.tree is None else res.tree.nonfinite
@@ -172,3 +206,29 @@ def pad_inputs(q_emb: Optional[np.ndarray], p_emb: np.ndarray, s_emb: np.ndarray
       entities=pad(None if signals is None else signals.entities, (n, n), np.float32),
       groups=np.arange(n, dtype=np.int32) if signals is None else
       np.concatenate([signals.groups, np.arange(m, n, dtype=np.int32) + n]).astype(np.int32))
+
+
+def stack(items: Sequence):
+  """Pytrees of host arrays (`Inputs`, `Settings`) stacked along a new leading `[B]` axis."""
+  return jax.tree.map(lambda *xs: np.stack(xs), *items)
+
+
+def run(inputs: Inputs, settings: Settings, config: SolveConfig, *, batched: bool = False) -> Output:
+  """`solve` on one padded request, or `jax.vmap`-ed over a `[B]` batch (`stack`); NumPy out."""
+  fn = functools.partial(solve, config=config)
+  out = jax.vmap(fn)(inputs, settings) if batched else fn(inputs, settings)
+  return jax.tree.map(np.asarray, out)
+
+
+def picks(out: Output, *, n: int, k: Optional[int], min_gain: Optional[float] = None) -> tuple:
+  """(order, gains, curve) `[K]` of one request's `Output` with `n` real candidates: at most
+  `k` picks, and with `min_gain` cut before the first gain below it (how the greedy baselines,
+  which rank, honour it after the fact)."""
+  count = min(int(out.count), n if k is None else min(int(k), n))
+  order = np.asarray(out.order[:count], np.int64)
+  gains, curve = np.asarray(out.gains[:count]), np.asarray(out.curve[:count])
+  if min_gain is not None:
+    low = np.nonzero(gains < min_gain)[0]
+    if len(low):
+      order, gains, curve = order[:low[0]], gains[:low[0]], curve[:low[0]]
+  return order, gains, curve

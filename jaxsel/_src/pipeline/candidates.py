@@ -1,0 +1,193 @@
+"""From what a caller passes to a request: queries, candidate passages and their embeddings.
+
+Shape legend: Q queries, N candidate passages, D embedding dimension.
+
+Candidates come from documents (split into `Passage`s, embedded whole or pooled from their
+documents' tokens), from `Passage`s or texts given as they are, with or without embeddings
+the caller already has, or from a `VectorIndex` (retrieved by the queries). Every argument is
+checked here, before anything is embedded or compiled; the budget leaves in its one form, a
+float with `inf` for no budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from jaxsel._src import checks, methods
+from jaxsel._src import text as text_lib
+from jaxsel._src.index import VectorIndex
+from jaxsel._src.pipeline.embedding import Embedder
+
+NO_BUDGET = math.inf
+
+
+class Candidates(NamedTuple):
+  """One request's candidates."""
+  passages: list  # [N] `Passage`s
+  embeddings: np.ndarray  # [N, D] asymmetric passage embeddings (relevance)
+  symmetric: np.ndarray  # [N, D] symmetric embeddings (similarity)
+  documents: Optional[list]  # the documents the passages were split from, else None
+
+  @property
+  def costs(self) -> np.ndarray:
+    """`[N]` float32 token costs."""
+    return np.asarray([p.tokens for p in self.passages], np.float32)
+
+
+def as_queries(queries) -> list:
+  """`queries` (a str, a list of str, or None) as a checked list."""
+  if queries is None:
+    return []
+  if isinstance(queries, str):
+    queries = [queries]
+  if not isinstance(queries, (list, tuple)):
+    raise TypeError(f"`queries` must be a str, a list of str, or None (text selection), got "
+                    f"{type(queries).__name__}.")
+  queries = list(queries)
+  for i, q in enumerate(queries):
+    if not isinstance(q, str):
+      raise TypeError(f"`queries[{i}]` must be a str, got {type(q).__name__}.")
+    if not q.strip():
+      raise ValueError(f"`queries[{i}]` is empty; drop it or pass None for text selection.")
+    checks.check_unicode(q, f"queries[{i}]")
+  return queries
+
+
+def check_queries(method: str, queries: list) -> None:
+  """Whether `method` takes these queries (checked before any embedding)."""
+  if method in methods.NEEDS_QUERY and not queries:
+    raise ValueError(f"method {method!r} ranks passages for a query; pass `queries`, or "
+                     "use method='coverage' for text selection without a query.")
+  if method == "coverage" and queries:
+    raise ValueError("method 'coverage' is text selection: it covers the documents and takes no "
+                     "query (it would be ignored). Pass `queries=None`, or use "
+                     "method='facility_location' or 'saturated_coverage' to select for the queries.")
+
+
+def check_budget(budget, k, costs: np.ndarray) -> float:
+  """The request's budget as a float (`NO_BUDGET`, inf, for None), checked against the
+  cheapest of `costs` `[N]`; `k` checked too."""
+  if k is not None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+      raise ValueError(f"`k` must be a positive int or None, got {k!r}.")
+  if budget is None:
+    return NO_BUDGET
+  if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
+      or not math.isfinite(budget) or budget < 0:
+    raise ValueError(f"`budget` must be a finite number of tokens >= 0, got {budget!r}.")
+  cheapest = int(np.min(costs)) if len(costs) else 0
+  if budget < cheapest:
+    raise ValueError(f"`budget` {budget:g} is below the smallest passage ({cheapest} tokens); "
+                     "raise the budget or split into smaller passages (`max_tokens`).")
+  return float(budget)
+
+
+def from_documents(source, embedder: Embedder, split, *, late_chunking: bool) -> Candidates:
+  """Candidates from documents (split with `split(documents) -> [Passage]`) or `Passage`s."""
+  if isinstance(source, str):
+    raise TypeError("`documents_or_index` must be a list of documents, not one string; "
+                    "wrap it: [document].")
+  source = list(source)
+  if not source:
+    raise ValueError("`documents_or_index` is empty: give at least one document.")
+  if all(isinstance(p, text_lib.Passage) for p in source):
+    passages, docs = source, None
+  else:
+    passages, docs = split(source), source
+  if not passages:
+    raise ValueError("The documents contain no text (only whitespace).")
+  if late_chunking and docs is not None:
+    e = embedder.late_chunks(docs, passages)
+    return Candidates(passages, e, e, docs)
+  e, s = embedder.passages([p.text for p in passages])
+  return Candidates(passages, e, s, docs)
+
+
+def from_embeddings(source, embeddings, tokenizer) -> Candidates:
+  """Candidates the caller has already embedded (a framework's nodes): `Passage`s or texts
+  (one passage each, costed with `tokenizer`) and their `[N, D]` embeddings, used for
+  relevance and similarity alike."""
+  if isinstance(source, (str, VectorIndex)) or source is None:
+    raise TypeError("`embeddings` go with a list of passages (`Passage`s or strings), one row each.")
+  source = list(source)
+  if not source:
+    raise ValueError("`documents_or_index` is empty: give at least one passage.")
+  if all(isinstance(p, text_lib.Passage) for p in source):
+    passages = source
+  else:
+    texts = checks.check_texts(source, "documents_or_index")
+    costs = text_lib.token_costs(texts, tokenizer)
+    passages = [text_lib.Passage(t, 0, len(t), doc=i, tokens=int(c))
+                for i, (t, c) in enumerate(zip(texts, costs))]
+  e = checks.as_host_float32(embeddings, "embeddings")
+  if e.ndim != 2 or e.shape[0] != len(passages):
+    raise ValueError(f"`embeddings` must be [N, D] with one row per passage (N = {len(passages)}), "
+                     f"got shape {tuple(e.shape)}.")
+  return Candidates(passages, e, e, None)
+
+
+def from_index(index: VectorIndex, queries: list, embedder: Embedder, tokenizer, *,
+               candidates: int) -> Candidates:
+  """The passages of `index` retrieved for `queries` (up to `candidates` per query), or the
+  whole index for text selection when it is small."""
+  if not len(index):
+    raise ValueError("The index is empty; add passages first (`Pipeline.build_index`).")
+  if queries:
+    hits = index.search(embedder.embed(queries, "query"), k=min(candidates, len(index)))
+    ids = list(dict.fromkeys(int(i) for i in np.asarray(hits.indices).T.reshape(-1) if i >= 0))
+  elif len(index) <= max(candidates, 1024):
+    ids = list(range(len(index)))
+  else:
+    raise ValueError(f"Text selection over a whole index of {len(index)} passages needs "
+                     "queries to retrieve candidates; pass queries or documents.")
+  passages = []
+  for i in ids:
+    meta = index.metadata[i] if isinstance(index.metadata[i], dict) else {}
+    t = index.texts[i] if index.texts[i] is not None else ""
+    fields = {k: meta[k] for k in ("start", "end", "doc", "tokens", "source", "title") if k in meta}
+    fields.setdefault("start", 0)
+    fields.setdefault("end", len(t))
+    passages.append(text_lib.Passage(text=t, **fields))
+  missing = [j for j, p in enumerate(passages) if not p.tokens and p.text]
+  if missing:
+    costs = text_lib.token_costs([passages[j].text for j in missing], tokenizer)
+    for j, c in zip(missing, costs):
+      passages[j] = dataclasses.replace(passages[j], tokens=int(c))
+  e = np.asarray(index.embeddings)[np.asarray(ids)]
+  return Candidates(passages, e, e, None)
+
+
+def query_embeddings(queries: list, given, dim: int, embedder: Embedder) -> Optional[np.ndarray]:
+  """`[Q, D]` embeddings of `queries`: `given` (checked) or the embedder's; None without queries."""
+  if given is None:
+    return embedder.embed(queries, "query") if queries else None
+  q = checks.as_host_float32(given, "query_embeddings")
+  if q.ndim == 1:
+    q = q[None]
+  if q.shape != (len(queries), dim):
+    raise ValueError(f"`query_embeddings` must be [Q, D] = [{len(queries)}, {dim}] (one row per "
+                     f"query, the passages' dimension), got shape {tuple(q.shape)}.")
+  return q
+
+
+def batch_request(r: int, request, split, *, method: str) -> tuple:
+  """`requests[r]` of `select_many`, a `(queries, documents)` pair, checked for `method`:
+  -> (queries, passages, documents or None)."""
+  if not isinstance(request, (tuple, list)) or len(request) != 2:
+    raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
+  q = as_queries(request[0])
+  check_queries(method, q)
+  if isinstance(request[1], VectorIndex) or isinstance(request[1], str) or request[1] is None:
+    raise TypeError(f"`requests[{r}]`: batched requests take documents or passages, not "
+                    f"{type(request[1]).__name__}; use `select` for an index.")
+  docs = list(request[1])
+  if not docs:
+    raise ValueError(f"`requests[{r}]` has no documents.")
+  ps = docs if all(isinstance(p, text_lib.Passage) for p in docs) else split(docs)
+  if not ps:
+    raise ValueError(f"`requests[{r}]`: the documents contain no text.")
+  return q, ps, None if ps is docs else docs

@@ -1,0 +1,383 @@
+"""From documents and queries to an ordered, budgeted context: `Pipeline.select`, `select_many`
+and `answer`.
+
+Shape legend: B requests, Q queries, N candidate passages, K picks, D embedding dimension.
+
+`Pipeline.select` is a thin, inspectable composition of library functions:
+
+1. candidates (`candidates`): `jaxsel.split_documents` cuts the documents into sentences or
+   passages with spans and token costs, or a `VectorIndex` retrieves them for the queries;
+2. the encoder embeds queries and passages (`embedding`: asymmetric query/passage prompts for
+   relevance, a symmetric one for similarity, one cache);
+3. one compiled function (`solve`) scores them by the registry's rule, builds the method's
+   objective or scorer by name (`jaxsel._src.methods`) and runs greedy, the CORAG search or a
+   baseline within the token budget;
+4. `SelectionResult` holds the picks with their scores, gains, cost and saturation curve.
+
+`select_many` runs many independent requests in one call: one encoder pass over all texts and
+a `jax.vmap`-ed solve over the padded requests, for every method.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import time
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from jaxsel._src import methods
+from jaxsel._src import text as text_lib
+from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, Generator, default_generator
+from jaxsel._src.index import VectorIndex
+from jaxsel._src.numerics import ELEMENTWISE_NONNEG
+from jaxsel._src.pipeline import candidates as cands_lib
+from jaxsel._src.pipeline import solve as solve_lib
+from jaxsel._src.pipeline.config import PipelineConfig
+from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
+from jaxsel._src.pipeline.result import Answer, SelectionResult
+from jaxsel._src.checks import check_texts
+from jaxsel._src.types import Configurator, Encoder
+
+
+def available_methods() -> tuple:
+  """The selection methods, by name (`Pipeline(method=...)`)."""
+  return methods.METHODS
+
+
+def available_scorers() -> tuple:
+  """The CORAG scorers of the registry, by name (`Pipeline(corag_scorer=...)`)."""
+  return tuple(methods.SCORERS)
+
+
+class _Request(NamedTuple):
+  """One request, checked and embedded, ready to pad and solve."""
+  queries: list  # [Q] strings
+  candidates: cands_lib.Candidates
+  query_embeddings: Optional[np.ndarray]  # [Q, D]; None for text selection
+  budget: float  # inf: no budget
+  scorer: object  # the CORAG scorer (None for the other methods)
+  iterations: int
+  exploration: float
+  cost_penalty: float
+  signals: object  # `bridge.BridgeSignals` or None
+
+
+class Pipeline:
+  """Selects the passages that belong in an LLM's context window, in order, within a budget.
+
+  Example:
+    >>> enc = jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2")
+    >>> pipe = jaxsel.Pipeline(enc, method="facility_location")
+    >>> res = pipe.select("Who wrote it?", [document], budget=256)
+    >>> print(res.table()); llm(res.prompt())
+
+  Args:
+    encoder: a `jaxsel.Encoder` (`jaxsel.load_encoder` returns one): `encode(texts, *,
+      prompt_name, normalize, batch_size, progress) -> [N, D]`, its `prompts` and the
+      Hugging Face `tokenizer` that token costs come from.
+    index: a default `VectorIndex` to select from when `select` gets no documents.
+    method: one of `available_methods()` (see `PipelineConfig`).
+    agent: what picks the CORAG scorer and search settings per request from the query
+      embedding (the mean over the queries): a trained `jaxsel.ConfigAgent`, or any object
+      with `predict(features [D]) -> choice` (`scorer`, `iterations`, `exploration`,
+      `cost_penalty`).
+    generator: what `answer` asks (`jaxsel.load_generator(...)`, or an `OpenAIGenerator`);
+      default: the offline SmolLM2-135M-Instruct, loaded at the first `answer`.
+    config: a `PipelineConfig`; keyword `settings` (the same names) override its fields.
+  """
+
+  def __init__(self, encoder: Encoder, index: Optional[VectorIndex] = None,
+               method: Optional[str] = None, *, agent: Optional[Configurator] = None,
+               generator: Optional[Generator] = None, config: Optional[PipelineConfig] = None,
+               **settings):
+    if encoder is None or not callable(getattr(encoder, "encode", None)):
+      raise TypeError("`encoder` must have an `encode(texts, ...)` method, e.g. "
+                      "`jaxsel.load_encoder(name_or_path)`.")
+    if index is not None and not isinstance(index, VectorIndex):
+      raise TypeError(f"`index` must be a jaxsel VectorIndex or None, got {type(index).__name__}.")
+    if agent is not None and not isinstance(agent, Configurator):
+      raise TypeError(f"`agent` must be a jaxsel ConfigAgent (`jaxsel.load_agent`) or have "
+                      f"`predict(features) -> choice`, got {type(agent).__name__}.")
+    if generator is not None and not isinstance(generator, Generator):
+      raise TypeError(f"`generator` must have `generate(prompts, *, max_new_tokens)` and `name` "
+                      f"(`jaxsel.load_generator`), got {type(generator).__name__}.")
+    if method is not None:
+      settings["method"] = method
+    self.encoder = encoder
+    self.index = index
+    self.agent = agent
+    self.generator = generator
+    self.config = (config or PipelineConfig()).replace(**settings)
+    self._check_late_chunking()
+    self._cache = EmbeddingCache()
+
+  @property
+  def method(self) -> str:
+    """The selection method (`config.method`)."""
+    return self.config.method
+
+  @property
+  def late_chunking(self) -> bool:
+    """Whether documents are embedded whole and candidates pooled from their tokens."""
+    return self.config.late_chunking or self.config.unit == "word"
+
+  @property
+  def tokenizer(self):
+    return self.encoder.tokenizer
+
+  def _check_late_chunking(self) -> None:
+    if self.late_chunking and not callable(getattr(self.encoder, "encode_chunks", None)):
+      raise TypeError("late chunking (`late_chunking=True` or `unit='word'`) needs an encoder with "
+                      "`encode_chunks(text, spans, ...)`, e.g. `jaxsel.load_encoder(...)`.")
+
+  def replace(self, **changes) -> "Pipeline":
+    """A copy with some settings changed (e.g. `method=`), sharing the encoder, the index
+    and the embedding cache, so comparing methods embeds the texts once. `encoder=`,
+    `index=`, `agent=` and `generator=` replace those."""
+    new = copy.copy(self)
+    for name in ("encoder", "index", "agent", "generator"):
+      if name in changes:
+        setattr(new, name, changes.pop(name))
+    new.config = self.config.replace(**changes)
+    if new.encoder is not self.encoder:  # embeddings of another model are not reusable
+      new._cache = EmbeddingCache()
+    new._check_late_chunking()
+    return new
+
+  # -- embedding and candidates ----------------------------------------------------------------
+  @property
+  def _embedder(self) -> Embedder:
+    cfg = self.config
+    return Embedder(self.encoder, self._cache, batch_size=cfg.batch_size, progress=cfg.progress,
+                    cache_size=cfg.cache_size)
+
+  def embed(self, texts: Sequence[str], role: str = "passage") -> np.ndarray:
+    """Normalised embeddings `[N, D]` of `texts` with the encoder's prompt for `role`
+    (``"query"``, ``"passage"`` or ``"symmetric"``); equal to
+    `encoder.encode(texts, prompt_name=role)` where the encoder has that prompt."""
+    return self._embedder.embed(texts, role)
+
+  def split(self, documents, *, sources=None) -> list:
+    """Splits documents into candidate `Passage`s with this pipeline's unit and tokenizer."""
+    return text_lib.split_documents(documents, unit=self.config.unit,
+                                    max_tokens=self.config.max_tokens, tokenizer=self.tokenizer,
+                                    sources=sources)
+
+  def build_index(self, documents, *, sources=None, index: Optional[VectorIndex] = None,
+                  info: Optional[dict] = None) -> VectorIndex:
+    """Splits and embeds `documents` into `index` (a new `VectorIndex` by default). Each
+    vector's metadata is its `Passage` (doc, source, span, tokens, title)."""
+    passages = self.split(documents, sources=sources)
+    if not passages:
+      raise ValueError("`documents` contain no text to index.")
+    if self.late_chunking:
+      emb = self._embedder.late_chunks(check_texts(documents, "documents"), passages)
+    else:
+      emb = self.embed([p.text for p in passages], "passage")
+    if index is None:
+      index = VectorIndex(emb.shape[1], info={"unit": self.config.unit,
+                                              "max_tokens": self.config.max_tokens, **(info or {})})
+    meta = [{k: v for k, v in p.to_dict().items() if k != "text"} for p in passages]
+    index.add(emb, texts=[p.text for p in passages], metadata=meta)
+    return index
+
+  def _candidates(self, queries, source, embeddings=None) -> cands_lib.Candidates:
+    if embeddings is not None:
+      return cands_lib.from_embeddings(source, embeddings, self.tokenizer)
+    if source is None:
+      source = self.index
+    if source is None:
+      raise ValueError("No documents: pass `documents_or_index` (documents, passages or a "
+                       "VectorIndex) or build the Pipeline with `index=`.")
+    if isinstance(source, VectorIndex):
+      return cands_lib.from_index(source, queries, self._embedder, self.tokenizer,
+                                  candidates=self.config.candidates)
+    return cands_lib.from_documents(source, self._embedder, self.split,
+                                    late_chunking=self.late_chunking)
+
+  def _request(self, queries, cands, q_emb, budget) -> _Request:
+    """The request with its search settings (the agent's, when there is one) and text signals."""
+    cfg = self.config
+    if cfg.method != "corag":
+      return _Request(queries, cands, q_emb, budget, None, 1, cfg.exploration, cfg.cost_penalty,
+                      None)
+    if self.agent is None:
+      scorer, it, c, lam = cfg.corag_scorer, cfg.iterations, cfg.exploration, cfg.cost_penalty
+    else:
+      choice = self.agent.predict(np.mean(np.asarray(q_emb, np.float32), axis=0))
+      scorer, it, c, lam = choice.scorer, choice.iterations, choice.exploration, choice.cost_penalty
+    signals = None
+    if callable(scorer) or scorer in methods.USES_TEXT_SIGNALS:
+      ps = cands.passages
+      signals = methods.text_signals([p.text for p in ps], [p.doc for p in ps],
+                                     [p.title for p in ps], queries)
+    return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals)
+
+  # -- the solve -------------------------------------------------------------------------------
+  def _solve_config(self, r: _Request, *, n: int, k: int, min_gain) -> solve_lib.SolveConfig:
+    cfg = self.config
+    dense = (cfg.method not in methods.SUBMODULAR or n <= cfg.dense_limit
+             or cfg.nonneg not in ELEMENTWISE_NONNEG)
+    return solve_lib.SolveConfig(
+        method=cfg.method, k=k, depth=min(k, cfg.max_depth or n), greedy_method=cfg.greedy_method,
+        scorer=r.scorer, iterations=r.iterations, nonneg=cfg.nonneg, dense=dense,
+        backend=cfg.backend, knapsack=bool(np.isfinite(r.budget)),
+        use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
+        top_up=cfg.method == "corag" and cfg.top_up)
+
+  def _solve(self, requests: Sequence[_Request], *, k, min_gain, batched: bool) -> list:
+    """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
+    `select` pads it, and requests of the same buckets and search choice are solved by one
+    `jax.vmap`-ed call (`batched`); the submodular methods pad a batch to its largest request,
+    which changes no pick."""
+    cfg = self.config
+    common = None
+    if batched and cfg.method in methods.SUBMODULAR:
+      common = (solve_lib.bucket(max(len(r.candidates.passages) for r in requests)),
+                solve_lib.query_bucket(max(len(r.queries) for r in requests)))
+    groups = collections.defaultdict(list)
+    for i, r in enumerate(requests):
+      pads = common or (solve_lib.bucket(len(r.candidates.passages)),
+                        solve_lib.query_bucket(len(r.queries)))
+      groups[pads + (r.scorer, r.iterations, bool(np.isfinite(r.budget)))].append(i)
+    outs = [None] * len(requests)
+    for (n_pad, q_pad, *_), rows in groups.items():
+      # k is static: bucketed too (the picks are cut to the request's own k afterwards).
+      config = self._solve_config(requests[rows[0]], n=n_pad,
+                                  k=n_pad if k is None else min(int(k), n_pad), min_gain=min_gain)
+      inputs, settings = [], []
+      for i in rows:
+        r = requests[i]
+        c = r.candidates
+        inputs.append(solve_lib.pad_inputs(r.query_embeddings, c.embeddings, c.symmetric, c.costs,
+                                           r.signals, n=n_pad, q=q_pad))
+        settings.append(solve_lib.Settings.of(
+            budget=r.budget, min_gain=min_gain, discount=cfg.discount, exploration=r.exploration,
+            cost_penalty=r.cost_penalty, diversity=cfg.diversity))
+      if not batched:
+        outs[rows[0]] = solve_lib.run(inputs[0], settings[0], config)
+        continue
+      out = solve_lib.run(solve_lib.stack(inputs), solve_lib.stack(settings), config, batched=True)
+      for b, i in enumerate(rows):
+        outs[i] = solve_lib.Output(*(x[b] for x in out))
+    return outs
+
+  def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:
+    if bool(out.nonfinite):
+      raise ValueError(f"The CORAG scorer {r.scorer!r} returned NaN or infinite values for this "
+                       "request; the search stopped. Check the scorer (and its model's inputs).")
+    cfg, passages = self.config, r.candidates.passages
+    # A searched order is not a greedy ranking (a later chunk may pay off only after an
+    # earlier one), so `min_gain` cuts only the greedy baselines after the fact.
+    order, gains, curve = solve_lib.picks(
+        out, n=len(passages), k=k, min_gain=min_gain if cfg.method in methods.BASELINES else None)
+    rel = out.relevance[:len(r.queries), :len(passages)] if r.queries else None
+    picked = [passages[i] for i in order]
+    return SelectionResult(
+        method=cfg.method, queries=r.queries, passages=picked, indices=order,
+        scores=None if rel is None else rel.max(axis=0)[order],
+        gains=gains.astype(np.float32), curve=curve.astype(np.float32),
+        cost=int(sum(p.tokens for p in picked)),
+        budget=float(r.budget) if np.isfinite(r.budget) else None, candidates=passages,
+        candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit)
+
+  # -- selection -------------------------------------------------------------------------------
+  def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
+             min_gain: Optional[float] = None, embeddings=None,
+             query_embeddings=None) -> SelectionResult:
+    """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
+
+    Args:
+      queries: a query string, a list of them (a multi-query objective: the context serves
+        them all), or None for text selection (method ``"coverage"``).
+      documents_or_index: documents (list of str), candidate `Passage`s, or a `VectorIndex`
+        (candidates retrieved by the queries). Default: the pipeline's `index`.
+      budget: total tokens allowed (None: no budget, `k` picks).
+      k: most picks (default: as many as fit).
+      min_gain: stop when the next pick's marginal gain falls below this; default the
+        pipeline's `min_gain`. Not applied to ``"corag"``, whose order is searched as a whole.
+      embeddings: `[N, D]` embeddings the caller already has for `documents_or_index` (a list
+        of `Passage`s, or strings taken as one passage each): nothing is embedded again
+        (what the framework adapters pass). They serve relevance and similarity alike.
+      query_embeddings: `[Q, D]` embeddings of `queries`, likewise.
+    """
+    queries = cands_lib.as_queries(queries)
+    min_gain = self.config.min_gain if min_gain is None else min_gain
+    cands_lib.check_queries(self.config.method, queries)  # before any embedding
+    cands = self._candidates(queries, documents_or_index, embeddings)
+    budget = cands_lib.check_budget(budget, k, cands.costs)
+    q_emb = cands_lib.query_embeddings(queries, query_embeddings, cands.embeddings.shape[1],
+                                       self._embedder)
+    r = self._request(queries, cands, q_emb, budget)
+    out, = self._solve([r], k=k, min_gain=min_gain, batched=False)
+    return self._result(r, out, k=k, min_gain=min_gain)
+
+  def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
+                  min_gain: Optional[float] = None) -> list:
+    """Runs independent requests `[(queries, documents), ...]` in one batched call.
+
+    All texts are embedded together (one encoder call for the passages, one for the queries);
+    the requests are padded (with a `valid` mask) and selected by `jax.vmap`-ed solves, one per
+    shape bucket and search choice, for every method. Results equal `select` on each request.
+    """
+    requests = list(requests)
+    min_gain = self.config.min_gain if min_gain is None else min_gain
+    if not requests:
+      raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
+    checked = [cands_lib.batch_request(r, req, self.split, method=self.config.method)
+               for r, req in enumerate(requests)]
+    budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]))
+               for _, ps, _ in checked]
+    # One encoder pass over every passage and every query of every request.
+    passages = [p for _, ps, _ in checked for p in ps]
+    if self.late_chunking and all(docs is not None for _, _, docs in checked):
+      emb = sym = None  # pooled per request from its own documents
+    else:
+      emb, sym = self._embedder.passages([p.text for p in passages])
+    all_q = [x for q, _, _ in checked for x in q]
+    q_all = self.embed(all_q, "query") if all_q else None
+    prepared, po, qo = [], 0, 0
+    for (q, ps, docs), b in zip(checked, budgets):
+      n = len(ps)
+      if self.late_chunking and docs is not None:
+        e = self._embedder.late_chunks(docs, ps)
+        cands = cands_lib.Candidates(ps, e, e, docs)
+      else:
+        cands = cands_lib.Candidates(ps, emb[po:po + n], sym[po:po + n], docs)
+      prepared.append(self._request(q, cands, None if not q else q_all[qo:qo + len(q)], b))
+      po, qo = po + n, qo + len(q)
+    outs = self._solve(prepared, k=k, min_gain=min_gain, batched=True)
+    return [self._result(r, out, k=k, min_gain=min_gain) for r, out in zip(prepared, outs)]
+
+  # -- answering -------------------------------------------------------------------------------
+  def answer(self, query: str, documents_or_index=None, *, budget=256, template=None,
+             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, order: str = "document",
+             **select_kwargs) -> Answer:
+    """Selects the context for `query` (as `select` does) and asks the generator.
+
+    Args:
+      query: the question (one string).
+      documents_or_index, budget, **select_kwargs: as in `select`.
+      template: the prompt, with `{context}` and `{query}` (default `SelectionResult.prompt`'s).
+      max_new_tokens: the longest answer, in the generator's tokens.
+      order: the context's order in the prompt: ``"document"`` (reading order, the default) or
+        ``"selection"`` (most valuable first).
+
+    Returns:
+      `Answer(text, selection, prompt, generator, timings)`.
+    """
+    if not isinstance(query, str):
+      raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
+    t0 = time.perf_counter()
+    selection = self.select(query, documents_or_index, budget=budget, **select_kwargs)
+    prompt = selection.prompt(template, order=order)
+    t1 = time.perf_counter()
+    # The offline default's model is loaded once per process (`default_generator`); nothing
+    # is stored on the Pipeline: `answer` leaves it as it was.
+    generator = self.generator if self.generator is not None else default_generator()
+    text = generator.generate([prompt], max_new_tokens=max_new_tokens)[0]
+    t2 = time.perf_counter()
+    return Answer(text=text, selection=selection, prompt=prompt, generator=generator.name,
+                  timings={"select": t1 - t0, "generate": t2 - t1})
