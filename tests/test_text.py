@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxsel._src import text
+from jaxsel._src.tokens import TokenCounter
 
 DOC = (Path(__file__).resolve().parents[1] / "jaxsel" / "data" / "hotpotqa_wiki.md").read_text("utf-8")
 
@@ -247,13 +248,15 @@ def test_split_equals_the_old_algorithm_with_minilm(minilm_tokenizer, unit, max_
         == _dicts(reference_split(s, unit=unit, max_tokens=max_tokens, tokenizer=minilm_tokenizer))
 
 
-def _triples(texts, add_special_tokens=False, return_offsets_mapping=True):
-  """A fast-tokenizer stand-in whose count of a run of sentences is not the sum of theirs:
-  a token is every 3 characters (not all white space) from the start of the text."""
-  one = isinstance(texts, str)
-  offsets = [[(i, min(i + 3, len(t))) for i in range(0, len(t), 3) if t[i:i + 3].strip()]
-             for t in ([texts] if one else texts)]
-  return {"offset_mapping": offsets[0] if one else offsets}
+def _triple_spans(texts):
+  return [[(i, min(i + 3, len(t))) for i in range(0, len(t), 3) if t[i:i + 3].strip()]
+          for t in texts]
+
+
+# A tokenizer with offsets whose count of a run of sentences is not the sum of theirs: a token
+# is every 3 characters (not all white space) from the start of the text.
+_triples = TokenCounter("triples", count_fn=lambda ts: [len(o) for o in _triple_spans(ts)],
+                        spans_fn=_triple_spans)
 
 
 def test_packing_with_a_tokenizer_that_does_not_add_up():

@@ -15,21 +15,19 @@ count), so a document that is one 5 MB line splits as fast as one of many short 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import re
+import unicodedata
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from jaxsel._src import checks
+from jaxsel._src.tokens import RULE_TOKEN, TokenCounter, token_counter
 
 UNITS = ("sentence", "passage", "word")
-_WORD = re.compile(r"\S+")
-
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
-# Default token counter when no tokenizer is given: a CJK character, a word, or a symbol.
-_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
 _HEADING_MARK = re.compile(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 # A run of end marks is tried from its first mark only: from inside the run the match could only
@@ -60,55 +58,26 @@ class Passage:
     return dataclasses.asdict(self)
 
 
-def _unwrap(tokenizer):
-  """The Hugging Face tokenizer behind `tokenizer` (itself, or an encoder's `.tokenizer`)."""
-  tok = getattr(tokenizer, "tokenizer", None) or tokenizer
-  if tok is not None and not callable(tok):
-    raise TypeError(
-        f"`tokenizer` must be a Hugging Face tokenizer, an encoder with `.tokenizer`, or None; "
-        f"got {type(tokenizer).__name__}.")
-  return tok
-
-
-def _batch_spans(tokenizer=None) -> Callable[[list], list]:
-  """`texts -> [[(start, end), ...] for each text]`, as `token_spans`, in one tokenizer call."""
-  tok = _unwrap(tokenizer)
-  if tok is None:
-    return lambda texts: [[m.span() for m in _TOKEN_RE.finditer(t)] for t in texts]
-
-  def spans(texts: list) -> list:
-    if not texts:
-      return []
-    try:
-      out = tok(list(texts), add_special_tokens=False, return_offsets_mapping=True)
-    except NotImplementedError:  # a slow (Python) tokenizer has no offsets
-      raise TypeError("`tokenizer` must be a fast Hugging Face tokenizer (with offsets); load it "
-                      "with `AutoTokenizer.from_pretrained(name, use_fast=True)`.") from None
-    # Some tokenizers give zero-width offsets to special pieces; they cost nothing.
-    return [[tuple(o) for o in offsets if o[1] > o[0]] for offsets in out["offset_mapping"]]
-
-  return spans
-
-
 def token_spans(tokenizer=None) -> Callable[[str], list]:
   """A function `text -> [(start, end), ...]` giving the character span of every token.
 
-  `tokenizer` may be a Hugging Face fast tokenizer (offsets from `return_offsets_mapping`),
-  an object with a `.tokenizer` attribute (e.g. a jaxsel encoder), or `None`: a simple
-  rule (one token per word, symbol or CJK character) that needs no model.
+  `tokenizer`: anything `jaxsel.token_counter` takes that gives offsets (a Hugging Face fast
+  tokenizer, an encoder with `.tokenizer`, a tiktoken encoding) or `None`: a simple rule (one
+  token per word, symbol or CJK character) that needs no model. An [UNK] covering several
+  characters gives one span per character (as many spans as `token_costs` counts).
   """
-  spans = _batch_spans(tokenizer)
-  return lambda text: spans([text])[0]
+  counter = token_counter(tokenizer)
+  if not counter.has_spans:
+    raise TypeError(f"the tokenizer {counter.name} gives no token offsets; `token_spans` needs "
+                    "a Hugging Face fast tokenizer, a tiktoken encoding or None.")
+  return lambda text: counter.spans([text])[0]
 
 
 def token_costs(texts: Sequence[str], tokenizer=None) -> np.ndarray:
-  """Token count of every text, `[N]` int32 (without special tokens such as [CLS])."""
-  texts = checks.check_texts(texts, "texts")
-  tok = _unwrap(tokenizer)
-  if tok is None or not texts:
-    return np.asarray([len(_TOKEN_RE.findall(t)) for t in texts], np.int32)
-  ids = tok(list(texts), add_special_tokens=False)["input_ids"]
-  return np.asarray([len(i) for i in ids], np.int32)
+  """Token count of every text, `[N]` int32, in the unit of `tokenizer` (anything
+  `jaxsel.token_counter` takes; without special tokens such as [CLS]). Never below the text's
+  size in that unit: a word WordPiece writes as one [UNK] costs one token per character."""
+  return token_counter(tokenizer).count(texts).astype(np.int32)
 
 
 def _strip_span(text: str, start: int, end: int):
@@ -195,24 +164,68 @@ def _headings(text: str) -> list:
   return out
 
 
-def _costed(text: str, sentences: list, spans_of, max_tokens: Optional[int]) -> list:
+def _costed(text: str, sentences: list, counter: TokenCounter, max_tokens: Optional[int]) -> list:
   """`(start, end, tokens, paragraph)` pieces of `(start, end, paragraph)` sentences: a sentence
-  longer than `max_tokens` is cut into windows of `max_tokens` tokens at token boundaries. A
-  window costs the tokens of its own text (a cut inside a word tokenizes differently alone)."""
-  out, windows = [], []
-  for (a, b, p), toks in zip(sentences, spans_of([text[a:b] for a, b, _ in sentences])):
-    if max_tokens is None or len(toks) <= max_tokens:
-      out.append((a, b, len(toks), p))
-      continue
-    for i in range(0, len(toks), max_tokens):
-      windows.append(len(out))
-      out.append((a + toks[i][0], a + toks[min(i + max_tokens, len(toks)) - 1][1], 0, p))
-  for i, toks in zip(windows, spans_of([text[out[i][0]:out[i][1]] for i in windows])):
-    out[i] = (out[i][0], out[i][1], len(toks), out[i][3])
-  return out
+  longer than `max_tokens` is cut into windows of `max_tokens` tokens at token boundaries (the
+  tokenizer's offsets; a tokenizer without offsets cuts where the tokenizer counts at most
+  `max_tokens`, see `_count_windows`). A window costs the tokens of its own text (a cut inside a
+  word tokenizes differently alone)."""
+  counts = counter.count([text[a:b] for a, b, _ in sentences])
+  out, long = [], []
+  for (a, b, p), n in zip(sentences, counts):
+    if max_tokens is None or n <= max_tokens:
+      out.append([(a, b, int(n), p)])
+    else:
+      out.append(None)
+      long.append(len(out) - 1)
+  if counter.has_spans:
+    cuts = []
+    for toks in counter.spans([text[sentences[i][0]:sentences[i][1]] for i in long]):
+      cuts.append([(toks[j][0], toks[min(j + max_tokens, len(toks)) - 1][1])
+                   for j in range(0, len(toks), max_tokens)])
+  else:
+    cuts = [[(s - sentences[i][0], e - sentences[i][0]) for s, e in
+             _count_windows(text, sentences[i][0], sentences[i][1], counter, max_tokens)]
+            for i in long]
+  windows = [[(sentences[i][0] + s, sentences[i][0] + e) for s, e in row] for i, row in zip(long, cuts)]
+  costs = iter(counter.count([text[s:e] for row in windows for s, e in row]))
+  for i, row in zip(long, windows):
+    out[i] = [(s, e, int(next(costs)), sentences[i][2]) for s, e in row]
+  return [piece for pieces in out for piece in pieces]
 
 
-def _pack(text: str, pieces: list, spans_of, max_tokens: int, additive: bool) -> list:
+def _count_windows(text: str, start: int, end: int, counter: TokenCounter,
+                   max_tokens: int) -> list:
+  """Windows `(s, e)` of `text[start:end]` for a tokenizer that gives no offsets: each is the
+  longest run of rule tokens (words, symbols, CJK characters) the tokenizer counts at most
+  `max_tokens` (binary search), or, when one rule token alone is over, its longest prefix of
+  characters that is not."""
+  ends = [m.end() for m in RULE_TOKEN.finditer(text, start, end)]
+  fits = lambda e: counter.count_one(text[s:e]) <= max_tokens  # noqa: E731
+  out, s = [], start
+  while True:
+    while s < end and text[s].isspace():
+      s += 1
+    if s >= end:
+      return out
+    first = bisect.bisect_right(ends, s)
+    if fits(ends[first]):
+      lo, hi = first, len(ends) - 1
+      while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(ends[mid]) else (lo, mid - 1)
+      e = ends[lo]
+    else:
+      lo, hi = s + 1, ends[first]
+      while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+      e = lo
+    out.append((s, e))
+    s = e
+
+
+def _pack(text: str, pieces: list, counter: TokenCounter, max_tokens: int, additive: bool) -> list:
   """Packs consecutive `(start, end, tokens)` pieces of one paragraph into passages.
 
   The rule: a passage takes the next piece while the tokenizer counts at most `max_tokens`
@@ -230,7 +243,7 @@ def _pack(text: str, pieces: list, spans_of, max_tokens: int, additive: bool) ->
   def counts(runs):  # tokens of pieces j..k together, for each run (j, k)
     if additive:
       return [total[k + 1] - total[j] for j, k in runs]
-    return [len(t) for t in spans_of([text[pieces[j][0]:pieces[k][1]] for j, k in runs])]
+    return [int(n) for n in counter.count([text[pieces[j][0]:pieces[k][1]] for j, k in runs])]
 
   def planned_end(j):  # one past the last piece of the passage from piece j, by the sum
     k = j + 1
@@ -260,28 +273,47 @@ def _pack(text: str, pieces: list, spans_of, max_tokens: int, additive: bool) ->
   return out
 
 
-def _words(text: str, spans_of) -> list:
-  """`(start, end, tokens)` of every whitespace-delimited word (punctuation stays with its word,
-  a Markdown heading mark is not a word): whole words, never sub-word pieces."""
-  found = [(m.start(), m.end()) for m in _WORD.finditer(text) if m.group().strip("#")]
-  return [(a, b, len(t)) for (a, b), t in zip(found, spans_of([text[a:b] for a, b in found]))]
+def _words(text: str, counter: TokenCounter) -> list:
+  """`(start, end, tokens)` of every word, each costing its own tokens (never less: an [UNK]
+  word costs its characters). A word is one of the tokenizer's pre-tokenisation words (each
+  CJK character for BERT-family tokenizers and the rule, a run of CJK text for byte-level BPE);
+  punctuation joins the word it touches ("film,", "(Kiss)", "don't" stay whole) and a Markdown
+  heading mark is not a word: whole words, never sub-word pieces."""
+  found = []
+  for a, b in counter.words(text):
+    if found and found[-1][1] == a and _joins(text[a - 1], text[a]):
+      found[-1] = (found[-1][0], b)
+    else:
+      found.append((a, b))
+  found = [(a, b) for a, b in found if text[a:b].strip("#")]
+  costs = counter.count([text[a:b] for a, b in found])
+  return [(a, b, int(n)) for (a, b), n in zip(found, costs)]
 
 
-def _split(text: str, unit: str, max_tokens: Optional[int], spans_of, additive: bool,
-           doc: int, source: Optional[str]) -> list:
+def _joins(left: str, right: str) -> bool:
+  """Whether two touching pre-tokenisation words are one word: not both letters or digits
+  (punctuation joins its neighbour), and not after a full-width mark ("、", "。"), which ends
+  the CJK word before it and never starts the next."""
+  if left.isalnum() and right.isalnum():
+    return False
+  return left.isalnum() or unicodedata.east_asian_width(left) not in ("W", "F")
+
+
+def _split(text: str, unit: str, max_tokens: Optional[int], counter: TokenCounter,
+           additive: bool, doc: int, source: Optional[str]) -> list:
   if unit == "word":
-    return _titled(text, _words(text, spans_of), doc, source)
+    return _titled(text, _words(text, counter), doc, source)
   paragraphs = _paragraph_spans(text)
   if unit == "passage":
     paragraphs = _join_headings(text, paragraphs)
   sentences = [(a, b, p) for p, (pa, pb) in enumerate(paragraphs)
                for a, b in _sentence_spans(text, pa, pb)]
-  costed = _costed(text, sentences, spans_of, max_tokens)
+  costed = _costed(text, sentences, counter, max_tokens)
   if unit == "sentence":
     pieces = [c[:3] for c in costed]
   else:  # a passage never crosses a paragraph
     pieces = [x for _, para in itertools.groupby(costed, key=lambda c: c[3])
-              for x in _pack(text, [c[:3] for c in para], spans_of, max_tokens, additive)]
+              for x in _pack(text, [c[:3] for c in para], counter, max_tokens, additive)]
   return _titled(text, pieces, doc, source)
 
 
@@ -316,11 +348,15 @@ def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] =
   Args:
     text: the document.
     unit: ``"sentence"`` (one candidate per sentence), ``"passage"`` (consecutive sentences
-      of a paragraph packed up to `max_tokens`) or ``"word"`` (every whitespace-delimited word,
-      punctuation included: token-level selection in whole words).
-    max_tokens: longest candidate in tokens; longer sentences are cut at token boundaries.
-      Default: none for sentences, 128 for passages; not used for words.
-    tokenizer: as in `token_spans` (a Hugging Face tokenizer, an encoder, or None).
+      of a paragraph packed up to `max_tokens`) or ``"word"`` (the tokenizer's words: its
+      pre-tokenisation, so each CJK character is a word for BERT-family tokenizers, with
+      punctuation kept on the word it touches: token-level selection in whole words).
+    max_tokens: longest candidate in the tokenizer's tokens; longer sentences are cut at token
+      boundaries. Default: none for sentences, 128 for passages; not used for words.
+    tokenizer: what counts the tokens, the reader's unit: anything `jaxsel.token_counter`
+      takes (a Hugging Face or tiktoken tokenizer, a name or path, a callable
+      `texts -> counts`, an encoder) or None (the rule: a word, symbol or CJK character each
+      one token). Every `Passage.tokens` is in that unit and never below the text's size in it.
     doc, source: recorded on every passage.
 
   A text that is not valid Unicode (a lone surrogate) is a `ValueError` naming where it is.
@@ -329,8 +365,7 @@ def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] =
     raise TypeError(f"`text` must be a str, got {type(text).__name__}.")
   checks.check_unicode(text, "text")
   max_tokens = _check_split(unit, max_tokens)
-  return _split(text, unit, max_tokens, _batch_spans(tokenizer), _unwrap(tokenizer) is None,
-                doc, source)
+  return _split(text, unit, max_tokens, token_counter(tokenizer), tokenizer is None, doc, source)
 
 
 def split_documents(documents: Sequence[str], *, unit: str = "sentence",
@@ -342,9 +377,9 @@ def split_documents(documents: Sequence[str], *, unit: str = "sentence",
     raise ValueError(f"`sources` must name every document: {len(sources)} names for "
                      f"{len(documents)} documents.")
   max_tokens = _check_split(unit, max_tokens)
-  spans_of, additive = _batch_spans(tokenizer), _unwrap(tokenizer) is None
+  counter = token_counter(tokenizer)
   out = []
   for i, d in enumerate(documents):
-    out += _split(d, unit, max_tokens, spans_of, additive, i,
+    out += _split(d, unit, max_tokens, counter, tokenizer is None, i,
                   None if sources is None else sources[i])
   return out

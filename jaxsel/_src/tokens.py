@@ -1,0 +1,308 @@
+"""Token counts in the reader's unit: one `TokenCounter` over any tokenizer.
+
+The budget is the reader's: what a context costs is what the model that reads it counts. A
+`TokenCounter` counts texts in one such unit and is built by `token_counter` from
+
+* a Hugging Face tokenizer (fast, or slow: counts only), or anything with a `.tokenizer`
+  attribute holding one (a jaxsel encoder, a `TransformersGenerator`);
+* a tiktoken `Encoding` (the optional package `tiktoken`; `pip install "jaxsel[tiktoken]"`);
+* a name: a tiktoken encoding (``"o200k_base"``, ``"cl100k_base"``, or ``"tiktoken:gpt-4o"``
+  for a model's encoding), a local tokenizer folder, a ``.gguf`` file, or a hub id already in the
+  local cache (`AutoTokenizer.from_pretrained(..., local_files_only=True)`: nothing is downloaded);
+* a callable `texts -> counts` (a list of strings in, one int each out);
+* None: a rule needing no model (one token per word, number, symbol or CJK character).
+
+Counts never fall below a text's real size in the reader's unit. A WordPiece tokenizer (BERT,
+MiniLM) writes one `[UNK]` for a word it cannot split (longer than 100 characters, or with a
+character outside its vocabulary): such a piece costs one token per character it covers, the
+most pieces WordPiece could cut it into (every piece is at least one character), so a 5000-
+character run of "a" costs 5000, not 1. A slow tokenizer gives no offsets: a text with an
+[UNK] costs at least its number of characters. Counts are of the text alone: no special tokens
+([CLS], BOS) and no chat template (generators count those themselves).
+
+Shape legend: N texts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import transformers
+
+from jaxsel._src import checks
+
+CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
+# The rule when no tokenizer is given: a CJK character, a word, or a symbol is one token.
+RULE_TOKEN = re.compile(rf"[{CJK}]|[^\W{CJK}]+|[^\w\s]")
+TIKTOKEN_PREFIX = "tiktoken:"
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCounter:
+  """Counts texts in one reader's unit.
+
+  Attributes:
+    name: what counts (for messages and `SelectionResult.unit`-like labels).
+    count_fn: `texts -> [N]` token counts (ints >= 0).
+    spans_fn: `texts -> [[(start, end), ...] per text]`, the character span of every counted
+      token (as many spans as the count), or None when the tokenizer gives no offsets (a
+      callable): splitting then cuts by counting.
+    words_fn: `text -> [(start, end), ...]`, the tokenizer's words (its pre-tokenisation),
+      or None: the rule's words (a word, a number, a symbol or a CJK character).
+    tokenizer: the tokenizer object behind it (None for the rule and callables).
+  """
+  name: str
+  count_fn: Callable[[list], Sequence[int]]
+  spans_fn: Optional[Callable[[list], list]] = None
+  words_fn: Optional[Callable[[str], list]] = None
+  tokenizer: object = None
+
+  def count(self, texts: Sequence[str]) -> np.ndarray:
+    """`[N]` int64 token counts of `texts` (each checked to be a str of valid Unicode)."""
+    texts = checks.check_texts(texts, "texts")
+    if not texts:
+      return np.zeros((0,), np.int64)
+    counts = self.count_fn(list(texts))
+    return _check_counts(counts, len(texts), self.name)
+
+  def count_one(self, text: str) -> int:
+    return int(self.count([text])[0])
+
+  @property
+  def has_spans(self) -> bool:
+    return self.spans_fn is not None
+
+  def spans(self, texts: Sequence[str]) -> list:
+    """Token spans of each text (see `spans_fn`); a TypeError for a counter without them."""
+    if self.spans_fn is None:
+      raise TypeError(f"the tokenizer {self.name} gives no token offsets.")
+    return self.spans_fn(list(texts)) if texts else []
+
+  def words(self, text: str) -> list:
+    """`[(start, end), ...]` of the tokenizer's words in `text` (its pre-tokenisation; every
+    CJK character is a word for BERT-family tokenizers), without surrounding whitespace."""
+    if self.words_fn is None:
+      return [m.span() for m in RULE_TOKEN.finditer(text)]
+    return self.words_fn(text)
+
+
+def _check_counts(counts, n: int, name: str) -> np.ndarray:
+  try:
+    out = np.asarray(counts)
+  except (TypeError, ValueError):
+    out = np.asarray([], object)
+  if out.shape != (n,) or not (np.issubdtype(out.dtype, np.integer) or out.dtype == object):
+    raise TypeError(f"the token counter {name} must return one int per text ({n} texts), got "
+                    f"{type(counts).__name__} {np.shape(counts) if out.dtype != object else ''}; "
+                    "a function of one text goes in as `lambda texts: [count(t) for t in texts]`.")
+  if out.dtype == object:
+    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in out):
+      raise TypeError(f"the token counter {name} must return ints, got {list(out)[:3]}...")
+    out = out.astype(np.int64)
+  if n and out.min() < 0:
+    raise ValueError(f"the token counter {name} returned a negative count ({int(out.min())}).")
+  return out.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- the rule
+
+
+def _rule_counter() -> TokenCounter:
+  return TokenCounter(
+      name="rule (a word, number, symbol or CJK character each one token)",
+      count_fn=lambda texts: [len(RULE_TOKEN.findall(t)) for t in texts],
+      spans_fn=lambda texts: [[m.span() for m in RULE_TOKEN.finditer(t)] for t in texts])
+
+
+# ----------------------------------------------------------------------------- Hugging Face
+
+
+def _hf_name(tok) -> str:
+  return repr(getattr(tok, "name_or_path", "") or type(tok).__name__)
+
+
+def _slow_counter(tok) -> TokenCounter:
+  """Counts with a slow (Python) tokenizer, which gives no offsets: a text holding an [UNK]
+  costs at least its number of characters (every piece covers at least one character)."""
+  unk = tok.unk_token_id
+
+  def count(texts):
+    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    return [max(len(i), len(t)) if unk is not None and unk in i else len(i)
+            for t, i in zip(texts, ids)]
+
+  return TokenCounter(name=f"Hugging Face tokenizer {_hf_name(tok)} (slow)", count_fn=count,
+                      tokenizer=tok)
+
+
+def _hf_counter(tok) -> TokenCounter:
+  """Counts with a Hugging Face tokenizer; an [UNK] costs one token per character it covers."""
+  if not getattr(tok, "is_fast", False):
+    return _slow_counter(tok)
+  unk = tok.unk_token_id
+
+  def encode(texts):
+    return tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+
+  def count(texts):
+    out = encode(texts)
+    counts = []
+    for ids, offsets in zip(out["input_ids"], out["offset_mapping"]):
+      n = len(ids)
+      if unk is not None and unk in ids:
+        n += sum(max(e - s, 1) - 1 for i, (s, e) in zip(ids, offsets) if i == unk)
+      counts.append(n)
+    return counts
+
+  def spans(texts):
+    out = encode(texts)
+    result = []
+    for ids, offsets in zip(out["input_ids"], out["offset_mapping"]):
+      row = []
+      for i, (s, e) in zip(ids, offsets):
+        if i == unk and e - s > 1:  # one span per character: as many spans as the count
+          row += [(c, c + 1) for c in range(s, e)]
+        else:
+          row.append((s, e))
+      result.append(row)
+    return result
+
+  def words(text):
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    found = {}
+    for w, (s, e) in zip(enc.word_ids(), enc["offset_mapping"]):
+      if w is None or e <= s:
+        continue
+      a, b = found.get(w, (s, e))
+      found[w] = (min(a, s), max(b, e))
+    stripped = (_strip(text, a, b) for a, b in sorted(found.values()))
+    return [(a, b) for a, b in stripped if b > a]
+
+  backend = getattr(tok, "backend_tokenizer", None)
+  has_words = backend is not None and backend.pre_tokenizer is not None
+  return TokenCounter(name=f"Hugging Face tokenizer {_hf_name(tok)}", count_fn=count,
+                      spans_fn=spans, words_fn=words if has_words else None, tokenizer=tok)
+
+
+def _strip(text: str, a: int, b: int) -> tuple:
+  while a < b and text[a].isspace():
+    a += 1
+  while b > a and text[b - 1].isspace():
+    b -= 1
+  return a, b
+
+
+# ----------------------------------------------------------------------------- tiktoken
+
+
+def _is_tiktoken(tok) -> bool:
+  return all(callable(getattr(tok, m, None))
+             for m in ("encode_ordinary_batch", "decode_with_offsets"))
+
+
+def _tiktoken_counter(enc) -> TokenCounter:
+  """Counts with a tiktoken `Encoding` (special-token text counted as ordinary text, as an API
+  sends a user's text)."""
+
+  def spans(texts):
+    out = []
+    for t, ids in zip(texts, enc.encode_ordinary_batch(texts)):
+      _, starts = enc.decode_with_offsets(ids)
+      ends = starts[1:] + [len(t)]
+      out.append(list(zip(starts, ends)))
+    return out
+
+  return TokenCounter(name=f"tiktoken encoding {getattr(enc, 'name', '?')!r}",
+                      count_fn=lambda texts: [len(i) for i in enc.encode_ordinary_batch(texts)],
+                      spans_fn=spans, tokenizer=enc)
+
+
+def _load_tiktoken(name: str):
+  try:
+    import tiktoken  # optional: only for tiktoken encodings
+  except ImportError:
+    raise ModuleNotFoundError(
+        f"the tokenizer {name!r} is a tiktoken encoding; install it with "
+        'python -m pip install "jaxsel[tiktoken]".') from None
+  bare = name[len(TIKTOKEN_PREFIX):] if name.startswith(TIKTOKEN_PREFIX) else name
+  try:
+    if bare in tiktoken.list_encoding_names():
+      return tiktoken.get_encoding(bare)
+    return tiktoken.encoding_for_model(bare)
+  except KeyError:
+    raise ValueError(f"{name!r} is neither a tiktoken encoding ("
+                     f"{', '.join(tiktoken.list_encoding_names())}) nor a model tiktoken "
+                     "knows.") from None
+  except Exception as e:  # noqa: BLE001 - tiktoken fetches its files over HTTP the first time
+    raise OSError(f"could not load the tiktoken encoding {name!r} ({e}); tiktoken downloads it "
+                  "once into TIKTOKEN_CACHE_DIR: without network, copy that cache over.") from e
+
+
+def _tiktoken_names() -> tuple:
+  try:
+    import tiktoken  # optional
+  except ImportError:
+    return ("gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base")
+  return tuple(tiktoken.list_encoding_names())
+
+
+# ----------------------------------------------------------------------------- by name
+
+
+def load_tokenizer(name_or_path):
+  """A tokenizer by name: a tiktoken encoding, a ``.gguf`` file, a local folder, or a hub id
+  in the local cache. Nothing is downloaded from the hub."""
+  where = os.fspath(name_or_path)
+  if where.startswith(TIKTOKEN_PREFIX) or where in _tiktoken_names():
+    return _load_tiktoken(where)
+  path = pathlib.Path(where).expanduser()
+  settings = {}
+  if where.endswith(".gguf"):
+    if not path.is_file():
+      raise FileNotFoundError(f"the tokenizer file {where!r} does not exist.")
+    where, settings = str(path.parent), {"gguf_file": path.name}
+  elif path.exists():
+    where = str(path)
+  elif os.path.isabs(where) or where.startswith((".", "~")) or where.count("/") > 1:
+    raise FileNotFoundError(f"the tokenizer folder {where!r} does not exist.")
+  try:
+    return transformers.AutoTokenizer.from_pretrained(where, local_files_only=True, **settings)
+  except (OSError, ValueError) as e:
+    raise OSError(
+        f"could not load the tokenizer {os.fspath(name_or_path)!r}: give a tokenizer folder, a "
+        ".gguf file, a hub id already in the local cache (nothing is downloaded), or a tiktoken "
+        f"encoding ({', '.join(_tiktoken_names())}). ({' '.join(str(e).split())[:300]})") from e
+
+
+# ----------------------------------------------------------------------------- the entry point
+
+
+def token_counter(tokenizer=None) -> TokenCounter:
+  """The `TokenCounter` of `tokenizer` (see the module docstring for what it may be)."""
+  if isinstance(tokenizer, TokenCounter):
+    return tokenizer
+  if tokenizer is None:
+    return _rule_counter()
+  if isinstance(tokenizer, (str, os.PathLike)):
+    tokenizer = load_tokenizer(tokenizer)
+  if isinstance(tokenizer, transformers.PreTrainedTokenizerBase):
+    return _hf_counter(tokenizer)
+  if _is_tiktoken(tokenizer):
+    return _tiktoken_counter(tokenizer)
+  inner = getattr(tokenizer, "tokenizer", None)
+  if inner is not None and inner is not tokenizer:
+    return token_counter(inner)
+  if getattr(tokenizer, "counter", None) is not None:
+    return token_counter(tokenizer.counter)
+  if callable(tokenizer):
+    return TokenCounter(name=f"callable {getattr(tokenizer, '__name__', type(tokenizer).__name__)}",
+                        count_fn=tokenizer)
+  raise TypeError(
+      "`tokenizer` must be a Hugging Face tokenizer (or an object with `.tokenizer`, e.g. an "
+      "encoder), a tiktoken Encoding, a name or path (tokenizer folder, .gguf file, tiktoken "
+      f"encoding), a callable `texts -> counts`, or None; got {type(tokenizer).__name__}.")
