@@ -4,9 +4,9 @@ the package is installed (`pip install .` or `pip install -e .`).
 One shared library per x86-64 instruction-set level (`x86-64-v4`: AVX-512; `x86-64-v3`:
 AVX2/FMA; a baseline), so a wheel runs on any CPU of its architecture and each CPU gets the
 best code it can run (`jaxsel._src.native` picks at import); other architectures build the
-baseline only. The FFI headers come from jaxlib (a build requirement). Every library is an
-optional extension: without a C++ compiler the install still succeeds, and jaxsel runs its
-XLA path and says so once.
+baseline only. The FFI headers are jaxlib's, found by `jax.ffi.include_dir()` (jax and
+jaxlib are build requirements). Every library is an optional extension: without a C++
+compiler the install still succeeds, and jaxsel runs its XLA path and says so once.
 """
 
 import os
@@ -20,13 +20,14 @@ FLAGS = ["-O3", "-std=c++17", "-fopenmp-simd", "-fno-math-errno"]
 
 
 def ffi_include_dir():
-  """jaxlib's headers (`xla/ffi/api/ffi.h`); None when jaxlib is not importable here."""
+  """The XLA FFI headers (`xla/ffi/api/ffi.h`) that jaxlib ships, where JAX says they are
+  (`jax.ffi.include_dir()`); None when jax is not importable here (a build without the
+  build requirements, `--no-build-isolation` in an environment without jax)."""
   try:
-    import jaxlib
+    import jax.ffi
   except ImportError:
     return None
-  folder = os.path.join(os.path.dirname(jaxlib.__file__), "include")
-  return folder if os.path.isfile(os.path.join(folder, "xla", "ffi", "api", "ffi.h")) else None
+  return jax.ffi.include_dir()
 
 
 def variants():
@@ -40,8 +41,8 @@ def variants():
 def extensions():
   include = ffi_include_dir()
   if include is None:
-    print("jaxsel: jaxlib's FFI headers not found; the native kernels are not built "
-          "(jaxsel uses its XLA path).")
+    print("jaxsel: jax is not importable at build time, so jaxlib's FFI headers are not found; "
+          "the native kernels are not built (jaxsel uses its XLA path).")
     return []
   return [Extension(f"jaxsel._src.native._kernels_{name}", sources=SOURCES,
                     include_dirs=[CSRC, include], extra_compile_args=FLAGS + march,

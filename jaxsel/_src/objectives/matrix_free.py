@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxsel._src import checks, native, pytree
-from jaxsel._src.native import greedy as native_greedy
 from jaxsel._src.numerics import nonnegative
+from jaxsel._src.objectives import cover_kernel
 from jaxsel._src.objectives.blocks import (Blocked, check_block, check_nonneg_method,
                                            checked_relevance, max_state, unit_embeddings)
 from jaxsel._src.objectives.dense import CoverState, FacilityLocation, SaturatedCoverage, SaturationState
@@ -59,7 +59,7 @@ class _EmbeddingObjective(Blocked):
     (greedy recomputes rows block by block)."""
     n, items = self.num_candidates, self.items.shape[-2]
     if not (k and n and n == items and n * items * self.items.dtype.itemsize <= self.max_dense_bytes
-            and native_greedy.applies(self.items, self.backend)):
+            and cover_kernel.applies(self.items, self.backend)):
       return None
     return self._dense(jnp.arange(n, dtype=jnp.int32)).fused_greedy(
         costs, budget, min_gain, k=k, lazy=lazy, ratio=ratio)

@@ -1,5 +1,6 @@
-"""The attention kernel of `csrc/attention.cc` as a JAX function, with its derivative (the
-XLA attention's).
+"""The attention kernel of `native/csrc/attention.cc` as a JAX function, beside its XLA
+reference (`attention.xla_attention`), with its derivative (the XLA attention's). `native`
+only loads the compiled library; the `ffi_call`, the `custom_vjp` and `applies` live here.
 
 Shape legend: B batch, L tokens, H hidden size, N rows (B * L positions, or T packed tokens).
 """
@@ -19,7 +20,8 @@ Array = jax.Array
 
 
 def applies(qkv: Array, bias: Array, backend: str) -> bool:
-  """Whether `csrc/attention.cc` serves: CPU, float32, `backend` allows it, and it is loaded."""
+  """Whether `native/csrc/attention.cc` serves: CPU, float32, `backend` allows it, and it is
+  loaded."""
   return (jax.default_backend() == "cpu" and qkv.dtype == jnp.float32 and bias.dtype == jnp.float32
           and native.wanted(backend))
 
@@ -27,7 +29,7 @@ def applies(qkv: Array, bias: Array, backend: str) -> bool:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def attention(proj: Array, qkv_bias: Array, bias: Array, pack: Packing | None, heads: int,
               scale: float) -> Array:
-  """`xla_attention(proj + qkv_bias, ...)` by the C++ kernel (`csrc/attention.cc`; check
+  """`xla_attention(proj + qkv_bias, ...)` by the C++ kernel (`native/csrc/attention.cc`; check
   `applies` first). `proj` `[N, 3H]`, `qkv_bias` `[3H]`: the kernel adds the bias as
   it reads the rows, which saves XLA a pass over them.
 

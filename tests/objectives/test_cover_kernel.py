@@ -1,4 +1,5 @@
-"""The C++ kernels (`jaxsel/_src/native/csrc/greedy.cc`) against the pure-XLA path and brute force.
+"""The C++ greedy kernels (`jaxsel/_src/native/csrc/greedy.cc`, wrapped by
+`jaxsel/_src/objectives/cover_kernel.py`) against the pure-XLA path and brute force.
 
 test_greedy.py runs every greedy test on both paths; here: the kernels are built at install
 time and loaded at import (CI has a compiler), nothing is compiled when they are first used,
@@ -18,7 +19,7 @@ import pytest
 import jaxsel
 import reference as ref
 from jaxsel._src import native as _native
-from jaxsel._src.native import greedy as native_greedy
+from jaxsel._src.objectives import cover_kernel
 from instances import _instance
 
 
@@ -27,8 +28,8 @@ def test_kernel_is_built_and_used():
   sim, rel, valid = _instance(20, seed=0)
   jaxsel.greedy(jaxsel.facility_location(sim, rel, valid=valid), k=3)
   assert _native.available() and _native.status().startswith("loaded"), _native.status()
-  assert native_greedy.applies(jnp.zeros((2, 2), jnp.float32), "auto")
-  assert not native_greedy.applies(jnp.zeros((2, 2), jnp.float32), "xla")
+  assert cover_kernel.applies(jnp.zeros((2, 2), jnp.float32), "auto")
+  assert not cover_kernel.applies(jnp.zeros((2, 2), jnp.float32), "xla")
   for kw in (dict(), dict(method="dense"), dict(costs=np.ones(20, np.float32), budget=2.0)):
     for obj in (jaxsel.coverage(sim), jaxsel.saturated_coverage(sim, rel)):
       hlo = jax.jit(lambda o: jaxsel.greedy(o, k=3, **kw)).lower(obj).as_text()
@@ -244,7 +245,7 @@ def test_item_major_input_equals_candidate_major(shape, saturated):
   valid = jnp.asarray(rng.random(shape[:-1]) > 0.1)
   sim_t = jnp.swapaxes(jnp.asarray(sim), -1, -2)
   for lazy in (False, True):
-    run = lambda s, item_major, r, v: native_greedy.cover_greedy(
+    run = lambda s, item_major, r, v: cover_kernel.cover_greedy(
         s, r, v, None, None, None, k=12, lazy=lazy, ratio=False, saturated=saturated,
         item_major=item_major)
     if len(shape) == 3:

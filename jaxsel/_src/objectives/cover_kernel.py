@@ -1,6 +1,8 @@
-"""The greedy kernels of `csrc/greedy.cc` as JAX functions: facility-location gains of a
-block of candidate rows (differentiable: the backward pass differentiates the XLA gains of
-`objectives.rows`), and a whole dense or lazy (CELF) greedy run in one call.
+"""The greedy kernels of `native/csrc/greedy.cc` as JAX functions, beside their XLA
+reference (`rows`): facility-location gains of a block of candidate rows (differentiable: the
+backward pass differentiates the XLA gains of `rows`), and a whole dense or lazy (CELF)
+greedy run in one call. `native` only loads the compiled library; the `ffi_call`s, the
+`custom_vjp` and the dispatch (`applies`) live here.
 
 Shape legend: Q queries, N candidates, M a block of candidates, K picks.
 """
@@ -99,9 +101,9 @@ def cover_greedy(sim_t: Array, relevance: Optional[Array], valid: Array, costs: 
 
 
 # ----------------------------------------------------------------------------- host arrays
-# `JaxselHostPrepare` / `JaxselHostSymmetric` in csrc/greedy.cc are plain C functions, called
-# through ctypes on NumPy memory (the GIL is released during the call): the input checks and
-# the candidate-major copy of a similarity matrix in one pass, on a few threads.
+# `JaxselHostPrepare` / `JaxselHostSymmetric` in native/csrc/greedy.cc are plain C functions,
+# called through ctypes on NumPy memory (the GIL is released during the call): the input checks
+# and the candidate-major copy of a similarity matrix in one pass, on a few threads.
 
 _HOST_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _ROWS_PER_TASK = 256
@@ -109,8 +111,7 @@ _pool: Optional[ThreadPoolExecutor] = None
 
 
 def _host_fn(name: str):
-  lib = native._LIB
-  fn = getattr(lib, name, None) if lib is not None else None
+  fn = native.host_function(name)
   if fn is not None and not getattr(fn, "_jaxsel_typed", False):
     vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     fn.restype = i32
