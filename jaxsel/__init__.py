@@ -5,40 +5,51 @@ dimension, L tokens.
 
 The public API is this module's `__all__`; the implementation lives in `jaxsel._src`
 (see "How the code is laid out" in the README). `jaxsel.testing` holds tiny random models.
+
+Each public name is imported on first use (PEP 562 `__getattr__`), so `import jaxsel` costs
+next to nothing and a program pays only for what it touches: the encoders' transformers and
+Flax, the answer metrics' rouge-score and NLTK, the agent's Orbax stay unloaded until used.
+The imports below are the one list of where each name lives: type checkers and IDEs read them
+as usual, and `__getattr__` reads the same statements to know which module to load.
 """
 
-from jaxsel._src.types import NO_ITEM, Encoder, Objective, Scorer, SearchResult, Selection
-from jaxsel._src.numerics import cosine_similarity, nonnegative
-from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
-from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
-                                                saturated_coverage_from_embeddings)
-from jaxsel._src.objectives.knn import (KnnGraph, knn_facility_location, knn_graph,
-                                        knn_saturated_coverage)
-from jaxsel._src.greedy import greedy, saturation_point
-from jaxsel._src.scorers.base import weighted_sum
-from jaxsel._src.scorers.basic import (link_scorer, objective_scorer, pairwise_scorer,
-                                       relevance_scorer, title_links)
-from jaxsel._src.scorers.model import cross_encoder_scorer, embedding_scorer
-from jaxsel._src.search import corag_search
-from jaxsel._src.baselines import exhaustive_search, mmr, naive_rag
-from jaxsel._src.sharding import (candidate_sharded_greedy, shard_batch, sharded_greedy,
-                                  sharded_search, sharded_vmap)
-from jaxsel._src.encoders.config import EncoderConfig
-from jaxsel._src.encoders.sentence import SentenceEncoder, TokenEmbeddings, load_encoder
-from jaxsel._src.encoders.cross import CrossEncoder, load_cross_encoder
-from jaxsel._src.tokens import TokenCounter, token_counter
-from jaxsel._src.text import Passage, split_documents, split_text, token_costs
-from jaxsel._src.index import SearchHits, VectorIndex
-from jaxsel._src.methods import Request
-from jaxsel._src.pipeline.config import PipelineConfig
-from jaxsel._src.pipeline.selection import Pipeline, available_methods, available_scorers
-from jaxsel._src.pipeline.result import Answer, SelectionResult
-from jaxsel._src.generation import (EndpointError, Generator, OpenAIGenerator, TransformersGenerator,
-                                    load_generator)
-from jaxsel._src.answer_metrics import answer_scores
-from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
-from jaxsel._src.agent.train import TrainConfig, train_agent
-from jaxsel import testing
+import ast as _ast
+import importlib as _importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+  from jaxsel._src.types import NO_ITEM, Encoder, Objective, Scorer, SearchResult, Selection
+  from jaxsel._src.numerics import cosine_similarity, nonnegative
+  from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
+  from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
+                                                  saturated_coverage_from_embeddings)
+  from jaxsel._src.objectives.knn import (KnnGraph, knn_facility_location, knn_graph,
+                                          knn_saturated_coverage)
+  from jaxsel._src.greedy import greedy, saturation_point
+  from jaxsel._src.scorers.base import weighted_sum
+  from jaxsel._src.scorers.basic import (link_scorer, objective_scorer, pairwise_scorer,
+                                         relevance_scorer, title_links)
+  from jaxsel._src.scorers.model import cross_encoder_scorer, embedding_scorer
+  from jaxsel._src.search import corag_search
+  from jaxsel._src.baselines import exhaustive_search, mmr, naive_rag
+  from jaxsel._src.sharding import (candidate_sharded_greedy, shard_batch, sharded_greedy,
+                                    sharded_search, sharded_vmap)
+  from jaxsel._src.encoders.config import EncoderConfig
+  from jaxsel._src.encoders.sentence import SentenceEncoder, TokenEmbeddings, load_encoder
+  from jaxsel._src.encoders.cross import CrossEncoder, load_cross_encoder
+  from jaxsel._src.tokens import TokenCounter, token_counter
+  from jaxsel._src.text import Passage, split_documents, split_text, token_costs
+  from jaxsel._src.index import SearchHits, VectorIndex
+  from jaxsel._src.methods import Request
+  from jaxsel._src.pipeline.config import PipelineConfig
+  from jaxsel._src.pipeline.selection import Pipeline, available_methods, available_scorers
+  from jaxsel._src.pipeline.result import Answer, SelectionResult
+  from jaxsel._src.generation import (EndpointError, Generator, OpenAIGenerator,
+                                      TransformersGenerator, load_generator)
+  from jaxsel._src.answer_metrics import answer_scores
+  from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
+  from jaxsel._src.agent.train import TrainConfig, train_agent
+  from jaxsel import testing
 
 __version__ = "0.2.0"
 
@@ -123,3 +134,33 @@ __all__ = [
     "train_agent",
     "testing",
 ]
+
+
+_SOURCES = {}  # public name -> the module that defines it, read once from the block above
+
+
+def _sources() -> dict:
+  if not _SOURCES:
+    with open(__file__, encoding="utf-8") as f:
+      tree = _ast.parse(f.read())
+    block = next(node for node in tree.body if isinstance(node, _ast.If)
+                 and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    _SOURCES.update({alias.asname or alias.name: node.module for node in block.body
+                     for alias in node.names})
+  return _SOURCES
+
+
+def __getattr__(name: str):
+  module = _sources().get(name)
+  if module is None:
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  if module == __name__:  # a submodule (`jaxsel.testing`)
+    value = _importlib.import_module(f"{__name__}.{name}")
+  else:
+    value = getattr(_importlib.import_module(module), name)
+  globals()[name] = value  # later lookups do not come back here
+  return value
+
+
+def __dir__() -> list:
+  return sorted(set(__all__) | {n for n in globals() if n != "TYPE_CHECKING"})

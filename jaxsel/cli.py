@@ -41,13 +41,9 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-import jax
-import transformers
-from matplotlib.backend_bases import FigureCanvasBase
-
-import jaxsel
-from jaxsel._src.encoders.loading import DEFAULT_ENCODER, default_encoder_path
-from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, SMOLLM2_NAME
+import jaxsel  # its names load on first use: the command line is checked before JAX loads
+from jaxsel._src.defaults import (DEFAULT_ENCODER, DEFAULT_MAX_NEW_TOKENS, SMOLLM2_NAME,
+                                  default_encoder_path)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEMO_DOCUMENT = DATA_DIR / "hotpotqa_wiki.md"
@@ -138,6 +134,7 @@ def enable_compile_cache(folder: Path) -> bool:
     return False
   if not os.access(folder, os.W_OK | os.X_OK):
     return False
+  import jax  # seconds to import: only once the command line has been checked
   jax.config.update("jax_compilation_cache_dir", str(folder))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
@@ -190,8 +187,10 @@ def _openai_generator(args):
     raise CLIError(f"--openai-url/--openai-model: {e}", 2) from None
 
 
-def read_documents(paths: Sequence[str]) -> tuple:
-  """-> (texts, source names). Folders are searched for text files (.txt, .md, .rst)."""
+def input_files(paths: Sequence[str]) -> list:
+  """The text files that `paths` name (folders are searched for .txt, .md, .rst, ...); a
+  missing path, or a folder without text files, is a CLIError. Standard library only, so the
+  command reports it before loading JAX."""
   files = []
   for p in paths:
     path = Path(p)
@@ -206,6 +205,12 @@ def read_documents(paths: Sequence[str]) -> tuple:
       raise CLIError(f"{p!r} is neither a file nor a folder; give text files or folders.")
     else:
       raise CLIError(f"no such file or folder: {p!r}.")
+  return files
+
+
+def read_documents(paths: Sequence[str]) -> tuple:
+  """-> (texts, source names). Folders are searched for text files (.txt, .md, .rst)."""
+  files = input_files(paths)
   texts = []
   for f in files:
     try:
@@ -286,6 +291,7 @@ def _check_plot(path: str) -> None:
                    "plot elsewhere.")
   if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
     raise CLIError(f"--plot {path!r} is not writable; write the plot elsewhere.")
+  from matplotlib.backend_bases import FigureCanvasBase  # only with --plot
   kinds = FigureCanvasBase.get_supported_filetypes()
   if p.suffix and p.suffix[1:].lower() not in kinds:
     raise CLIError(f"--plot {path!r}: matplotlib writes no {p.suffix!r} files; use .png (or "
@@ -355,6 +361,7 @@ def _check_args(args) -> None:
       raise CLIError("give the documents as FILE... or an index as --index INDEX (one of them).",
                      2)
     _check_answer_model(args)
+  input_files(getattr(args, "files", None) or getattr(args, "inputs", None) or [])
   if getattr(args, "plot", None):
     _check_plot(args.plot)
   if getattr(args, "out", None):
@@ -674,6 +681,7 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None,
     if folder is not None:
       enable_compile_cache(folder)
     if args.quiet:
+      import transformers  # what loads the tokenizer anyway, after the checks
       transformers.utils.logging.disable_progress_bar()
     args.func(args, out)
     out.flush()

