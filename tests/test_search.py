@@ -308,25 +308,131 @@ def test_nonfinite_scorer_weights_are_an_error_before_tracing():
 
 
 def test_nonfinite_value_inside_the_search_ends_it():
-  """A model scorer may return NaN for some order: the search stops there (no hang), says so
-  in `tree.nonfinite`, and answers with the best finite node found before."""
+  """A model scorer may return NaN for some order: under `jit` the search stops there (no
+  hang), flags it in `nonfinite` (and `tree.nonfinite`) and answers with the best finite node
+  found before; called eagerly it raises instead (see the test below)."""
   proc = _run_isolated("""
-import jax.numpy as jnp, numpy as np, jaxsel
+import jax, jax.numpy as jnp, numpy as np, jaxsel
 r = jnp.asarray([0.3, 0.9, 0.1, 0.5, 0.7])
 def scorer(order):  # a plain function; chunk 1 after chunk 3 breaks it
   pos = jnp.arange(order.shape[0])
   has3 = jnp.any(order == 3)
   total = jnp.sum(jnp.where(order >= 0, r[jnp.maximum(order, 0)], 0.0))
   return jnp.where(has3 & jnp.any(order == 1), jnp.nan, total)
-res = jaxsel.corag_search(scorer, jnp.full((5,), 10.0), budget=30.0, iterations=12)
-print(bool(res.tree.nonfinite), np.isfinite(float(res.value)), int(res.length))
-res = jaxsel.corag_search(lambda o: jnp.nan + 0.0 * o[0], jnp.full((5,), 10.0), budget=30.0, iterations=5)
-print(bool(res.tree.nonfinite), int(res.length), int(res.tree.num_expanded))
+search = jax.jit(lambda c: jaxsel.corag_search(scorer, c, budget=30.0, iterations=12))
+res = search(jnp.full((5,), 10.0))
+print(bool(res.tree.nonfinite), bool(res.nonfinite), np.isfinite(float(res.value)), int(res.length))
+nan = lambda o: jnp.nan + 0.0 * o[0]
+res = jax.jit(lambda c: jaxsel.corag_search(nan, c, budget=30.0, iterations=5))(jnp.full((5,), 10.0))
+print(bool(res.tree.nonfinite), bool(res.nonfinite), int(res.length), int(res.tree.num_expanded))
 """)
   assert proc.returncode == 0, proc.stderr[-2000:]
   first, second = proc.stdout.split("\n")[:2]
-  assert first.split()[:2] == ["True", "True"]
-  assert second.split() == ["True", "0", "0"]
+  assert first.split()[:3] == ["True", "True", "True"]
+  assert second.split() == ["True", "True", "0", "0"]
+
+
+@struct.dataclass
+class BrokenScorer:
+  """Relevance over 5 chunks whose value is NaN, inf or -inf (`fill` 0, 1, 2) once chunk `bad`
+  is in the order (`bad = -1`: every order, the empty one included; `bad = -2`: never). Its
+  leaves are finite arrays (a NaN leaf is refused up front), so one compiled program serves
+  every variant and a batch of them under `vmap`."""
+  bad: jax.Array
+  fill: jax.Array
+  r = np.asarray([0.3, 0.9, 0.1, 0.5, 0.7], np.float32)
+
+  def __call__(self, order):
+    total = jnp.sum(jnp.where(order >= 0, jnp.asarray(self.r)[jnp.maximum(order, 0)], 0.0))
+    hit = (self.bad == -1) | jnp.any(order == self.bad)
+    return jnp.where(hit, jnp.asarray([np.nan, np.inf, -np.inf])[self.fill], total)
+
+
+NONFINITE_CALLS = {
+    "corag_search": lambda s, c: search.corag_search(s, c, budget=30.0, iterations=12),
+    "naive_rag": lambda s, c: baselines.naive_rag(s, c, budget=30.0),
+    "mmr": lambda s, c: baselines.mmr(s, c, budget=30.0, similarity=jnp.eye(5)),
+    "exhaustive_search": lambda s, c: baselines.exhaustive_search(s, c, budget=30.0, max_size=3),
+}
+
+
+def test_a_nonfinite_scorer_is_an_error_eagerly_and_a_flag_under_a_transform():
+  """Issue 20.4: NaN/inf for some orders used to give a worse order silently (NaN everywhere:
+  the empty order, value 0.0; naive_rag: value NaN). Eagerly every search and baseline
+  raises, naming the scorer; under `jit(vmap)` the broken queries are flagged and the others
+  equal the eager result."""
+  costs = jnp.full((5,), 10.0)
+  variants = [(1, 0), (4, 1), (1, 2), (-1, 0)]  # (bad chunk, NaN / inf / -inf)
+  batch = BrokenScorer(bad=jnp.asarray([-2] + [b for b, _ in variants]),
+                       fill=jnp.asarray([0] + [f for _, f in variants]))
+  for name, call in NONFINITE_CALLS.items():
+    for bad, fill in variants:
+      with pytest.raises(ValueError, match=rf"scorer `BrokenScorer` returned NaN or infinite "
+                                           rf"values in {name}"):
+        call(BrokenScorer(bad=jnp.asarray(bad), fill=jnp.asarray(fill)), costs)
+    res = jax.jit(jax.vmap(call, in_axes=(0, None)))(batch, costs)
+    np.testing.assert_array_equal(res.nonfinite, [False] + [True] * len(variants), err_msg=name)
+    ref = call(BrokenScorer(bad=jnp.asarray(-2), fill=jnp.asarray(0)), costs)
+    np.testing.assert_array_equal(res.order[0], ref.order, err_msg=name)
+    assert float(ref.value) == pytest.approx(0.9 + 0.7 + 0.5), name  # the best 3 (each fits)
+    with pytest.raises(ValueError, match=rf"for 4 of 5 queries \(first: 1, 2, 3, 4\)"):
+      search.raise_if_nonfinite(res.nonfinite, batch, what=name)
+
+
+def test_sharded_search_checks_the_flag():
+  """`sharded_search` (eager, results concrete) raises for a batch with a broken query."""
+  mesh = jax.make_mesh((1,), ("x",))
+  r = jnp.asarray([[0.3, 0.9, 0.1, 0.5], [0.2, 0.4, np.inf, 0.1]])
+  scorers_ = jax.vmap(lambda x: scorers.relevance_scorer(x))(r)  # leaves traced: no early check
+  costs = np.full((2, 4), 10.0, np.float32)
+  with pytest.raises(ValueError, match=r"NaN or infinite values in sharded_search for 1 of 2 "
+                                       r"queries \(first: 1\)"):
+    jaxsel.sharded_search(scorers_, costs, mesh=mesh, budget=30.0, iterations=4)
+
+
+@pytest.mark.parametrize("returns, kind", [
+    (lambda o: jnp.ones(o.shape[0]), r"array of shape \([234],\)"),
+    (lambda o: jnp.ones(1), r"array of shape \(1,\)"),
+    (lambda o: 1.0, "float 1.0"),
+    (lambda o: None, "NoneType None"),
+    (lambda o: jnp.bool_(True), "dtype bool"),
+])
+def test_a_scorer_of_the_wrong_kind_is_a_clear_error(returns, kind):
+  """Issue 20.5: a vector, a Python float or None used to fail with "Cannot broadcast" or
+  "'float' object has no attribute 'astype'"; now a TypeError names the scorer and what it
+  must return, raised while tracing: the second time round nothing is compiled (the first
+  compiles only the argument checks' small eager operations)."""
+  def wrong_scorer(order):
+    return returns(order)
+  costs = jnp.full((4,), 10.0)
+  match = rf"scorer `wrong_scorer` returned .*{kind}.*scalar float array"
+  calls = (lambda: search.corag_search(wrong_scorer, costs, budget=30.0, iterations=3),
+           lambda: baselines.naive_rag(wrong_scorer, costs, budget=30.0),
+           lambda: baselines.naive_rag(wrong_scorer, costs, budget=30.0, relevance=jnp.ones(4)),
+           lambda: baselines.mmr(wrong_scorer, costs, budget=30.0, similarity=jnp.eye(4)),
+           lambda: baselines.exhaustive_search(wrong_scorer, costs, budget=30.0, max_size=2),
+           lambda: jax.vmap(lambda c: search.corag_search(wrong_scorer, c, budget=30.0,
+                                                          iterations=3))(costs[None]))
+  for round_ in range(2):
+    with CompileCounter() as cc:
+      for call in calls:
+        with pytest.raises(TypeError, match=match):
+          call()
+  assert cc.count == 0
+
+
+def test_append_gains_of_the_wrong_shape_is_a_clear_error():
+  @struct.dataclass
+  class BadGains:
+    r: jax.Array
+
+    def __call__(self, order):
+      return jnp.sum(jnp.where(order >= 0, self.r[jnp.maximum(order, 0)], 0.0))
+
+    def append_gains(self, order):
+      return self.r[:2]
+  with pytest.raises(TypeError, match=r"BadGains.append_gains\(order\)` must return \[N\] = \[4\]"):
+    search.corag_search(BadGains(jnp.ones(4)), jnp.full((4,), 10.0), budget=30.0, iterations=3)
 
 
 def test_any_callable_is_a_scorer():

@@ -106,8 +106,9 @@ def _search_batch(features: QAFeatures, tokens, budget, cost_penalty, exploratio
 
   def one(f, tok, lam, c):
     scorer = build_scorer(name, f, tok, builders)
-    return corag_search(scorer, f.costs, budget=budget, iterations=iterations, exploration=c,
-                        cost_penalty=lam, max_depth=max_depth, valid=f.valid).order
+    res = corag_search(scorer, f.costs, budget=budget, iterations=iterations, exploration=c,
+                       cost_penalty=lam, max_depth=max_depth, valid=f.valid)
+    return res.order, res.nonfinite
 
   return jax.vmap(one)(features, tokens, cost_penalty, exploration)
 
@@ -144,10 +145,15 @@ def search_orders(features: QAFeatures, scorer: str, *, budget: float, iteration
     padded = np.concatenate([rows, np.full(size - len(rows), rows[0])])
     sub = _as_jnp(QAFeatures(*(a[padded] for a in features)))
     tok = None if tokens is None else jax.tree.map(lambda a: jnp.asarray(a[padded]), tokens)
-    res = _search_batch(sub, tok, jnp.float32(budget), jnp.asarray(lam[padded]),
-                        jnp.asarray(c[padded]), name=scorer, iterations=int(it),
-                        max_depth=max_depth, builders=frozen)
-    out[rows] = np.asarray(res)[:len(rows)]
+    orders, nonfinite = _search_batch(sub, tok, jnp.float32(budget), jnp.asarray(lam[padded]),
+                                      jnp.asarray(c[padded]), name=scorer, iterations=int(it),
+                                      max_depth=max_depth, builders=frozen)
+    bad = rows[np.asarray(nonfinite)[:len(rows)]]
+    if len(bad):  # the search's flag (`SearchResult.nonfinite`): its orders would be wrong
+      raise ValueError(f"The scorer {scorer!r} returned NaN or infinite values in search_orders "
+                       f"for {len(bad)} of {q} questions (first: {bad[:5].tolist()}); check the "
+                       "scorer (and its model's inputs).")
+    out[rows] = np.asarray(orders)[:len(rows)]
   return out
 
 

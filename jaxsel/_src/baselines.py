@@ -10,6 +10,10 @@ Shape legend: N candidate chunks, T positions (`max_depth` / `max_size`), C comb
 Relevance defaults to the scorer's value of each single chunk (one batched call), so all
 three need nothing beyond what `corag_search` takes. Each returns `SearchResult` with
 `tree=None` and `utility = value`. One instance each; `jax.vmap` over queries.
+
+NaN or ±inf from the scorer (for a chunk's default relevance, a combination `exhaustive_search`
+compares, or the result's value) sets `SearchResult.nonfinite`; called eagerly, each raises a
+`ValueError` naming the scorer instead, as `corag_search` does (see `jaxsel._src.search`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, pytree
-from jaxsel._src.search import check_inputs, empty_order, score_all
+from jaxsel._src.search import check_inputs, checked, empty_order, score_all, scorer_value
 from jaxsel._src.types import NO_ITEM, SearchResult
 
 Array = jax.Array
@@ -39,10 +43,12 @@ def _singletons(scorer, n: int, d: int) -> Array:
   return score_all(scorer, orders)
 
 
-def _relevance(scorer, relevance, n: int, d: int) -> Array:
+def _relevance(scorer, relevance, valid: Array, d: int):
+  """(relevance `[N]`, whether the scorer gave a valid chunk a NaN/inf one)."""
   if relevance is None:
-    return _singletons(scorer, n, d)
-  return relevance.astype(jnp.float32)
+    rel = _singletons(scorer, valid.shape[0], d)
+    return rel, jnp.any(valid & ~jnp.isfinite(rel))
+  return relevance.astype(jnp.float32), jnp.zeros((), bool)
 
 
 def _check_relevance(relevance, n):
@@ -55,17 +61,18 @@ def _check_relevance(relevance, n):
   return rel
 
 
-def _result(scorer, order: Array, costs: Array) -> SearchResult:
+def _result(scorer, order: Array, costs: Array, nonfinite: Array) -> SearchResult:
   used = order >= 0
-  value = scorer(order).astype(jnp.float32)
+  value = scorer_value(scorer, order)
   cost = jnp.sum(jnp.where(used, costs[jnp.where(used, order, 0)], 0))
   return SearchResult(order=order, length=jnp.sum(used).astype(jnp.int32), value=value,
-                      cost=cost.astype(jnp.float32), utility=value, tree=None)
+                      cost=cost.astype(jnp.float32), utility=value, tree=None,
+                      nonfinite=nonfinite | ~jnp.isfinite(value))
 
 
-def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, *, d):
+def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, nonfinite, *, d):
   """Budgeted greedy fill: at each step the available chunk of highest `crit_fn(state)` that
-  fits; stops when none fits or T chunks are in."""
+  fits; stops when none fits or T chunks are in. `nonfinite`: the criterion's inputs were."""
   n = costs.shape[0]
 
   def body(k, c):
@@ -83,13 +90,14 @@ def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, *, d):
   init = (empty_order(d), jnp.zeros((n,), bool), jnp.zeros((), jnp.float32), state0)
   order, _, _, _ = lax.fori_loop(0, d, body, init)
   # A skipped step leaves a -1 gap only after which nothing fits, so `order` is compact.
-  return _result(scorer, order, costs)
+  return _result(scorer, order, costs, nonfinite)
 
 
 @pytree.jit_static_leaves(static_argnames=("max_depth",))
 def _naive_rag(scorer, costs, budget, valid, relevance, *, max_depth):
-  rel = _relevance(scorer, relevance, costs.shape[0], max_depth)
-  return _fill(scorer, costs, budget, valid, lambda _: rel, jnp.zeros(()), lambda s, j: s, d=max_depth)
+  rel, bad = _relevance(scorer, relevance, valid, max_depth)
+  return _fill(scorer, costs, budget, valid, lambda _: rel, jnp.zeros(()), lambda s, j: s, bad,
+               d=max_depth)
 
 
 def naive_rag(scorer, costs, *, budget, max_depth: Optional[int] = None, valid=None,
@@ -99,15 +107,20 @@ def naive_rag(scorer, costs, *, budget, max_depth: Optional[int] = None, valid=N
 
   `relevance` `[N]` defaults to the scorer's value of each single chunk. `value` is the
   scorer's value of the resulting order.
+
+  Raises `ValueError` when called eagerly and the scorer gave NaN or ±inf (a valid chunk's
+  default relevance, or the result's value); under `jit` / `vmap` the result carries
+  `nonfinite = True` instead, for the caller to check (see `corag_search`).
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   relevance = _check_relevance(relevance, costs.shape[0])
-  return _naive_rag(scorer, costs, budget, valid, relevance, max_depth=max_depth)
+  return checked(_naive_rag(scorer, costs, budget, valid, relevance, max_depth=max_depth), scorer,
+                 what="naive_rag")
 
 
 @pytree.jit_static_leaves(static_argnames=("max_depth",))
 def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, *, max_depth):
-  rel = _relevance(scorer, relevance, costs.shape[0], max_depth)
+  rel, bad = _relevance(scorer, relevance, valid, max_depth)
   # state: max similarity of each candidate to the chosen set (-inf for the empty set). The
   # running max over every chosen item is exactly max_{s∈S} sim(j, s).
   state0 = jnp.full(costs.shape, -jnp.inf, jnp.float32)
@@ -117,7 +130,7 @@ def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, *, max_
     return (1 - diversity) * rel - diversity * red
 
   return _fill(scorer, costs, budget, valid, crit, state0,
-               lambda s, j: jnp.maximum(s, similarity[:, j]), d=max_depth)
+               lambda s, j: jnp.maximum(s, similarity[:, j]), bad, d=max_depth)
 
 
 def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional[int] = None,
@@ -130,6 +143,8 @@ def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional
     similarity: `[N, N]` chunk–chunk similarity (e.g. cosine).
     diversity: in [0, 1]; 0 is NaiveRAG's order.
     relevance: `[N]`, default the scorer's value of each single chunk.
+
+  NaN or ±inf from the scorer: as in `naive_rag` (eagerly a `ValueError`, else `nonfinite`).
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   n = costs.shape[0]
@@ -141,7 +156,8 @@ def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional
   div = checks.as_float_array(diversity, "diversity").astype(jnp.float32)
   if checks.is_concrete(div) and not 0 <= float(div) <= 1:
     raise ValueError(f"`diversity` must lie in [0, 1], got {float(div)}.")
-  return _mmr(scorer, costs, budget, valid, sim, relevance, div, max_depth=max_depth)
+  return checked(_mmr(scorer, costs, budget, valid, sim, relevance, div, max_depth=max_depth),
+                 scorer, what="mmr")
 
 
 @functools.lru_cache(maxsize=16)
@@ -169,11 +185,12 @@ def _exhaustive(scorer, costs, budget, valid, combos, used, safe, *, batch_size)
   ok = cost <= budget
   if valid is not None:
     ok &= jnp.all(valid[safe] | ~used, axis=-1)
-  vals = lax.map(scorer, combos, batch_size=min(batch_size, combos.shape[0])).astype(jnp.float32)
+  vals = lax.map(functools.partial(scorer_value, scorer), combos,
+                 batch_size=min(batch_size, combos.shape[0]))
   score = jnp.where(ok, vals, -jnp.inf)
   best = jnp.argmax(score)  # ties: the first, i.e. the shortest, lexicographically smallest
   order = jnp.where(score[best] > -jnp.inf, combos[best], NO_ITEM)
-  return _result(scorer, order, costs)
+  return _result(scorer, order, costs, jnp.any(ok & ~jnp.isfinite(vals)))
 
 
 def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
@@ -182,7 +199,8 @@ def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
 
   Scores `C = Σ_{k≤max_size} N!/(N−k)!` combinations in batches of `batch_size` (a vmapped
   scorer call each); `max_size ≤ 5`. If no chunk fits, the result is the empty combination.
-  `order` has shape `[max_size]`.
+  `order` has shape `[max_size]`. NaN or ±inf for a combination within the budget: as in
+  `naive_rag` (eagerly a `ValueError`, else `nonfinite`).
   """
   masked = valid is not None
   costs, budget, valid, max_size = check_inputs(scorer, costs, budget, valid, max_size,
@@ -195,5 +213,6 @@ def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
     raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
   combos = ordered_combinations(costs.shape[0], max_size)
   used = combos >= 0
-  return _exhaustive(scorer, costs, budget, valid if masked else None, jnp.asarray(combos),
-                     jnp.asarray(used), jnp.asarray(np.where(used, combos, 0)), batch_size=batch_size)
+  res = _exhaustive(scorer, costs, budget, valid if masked else None, jnp.asarray(combos),
+                    jnp.asarray(used), jnp.asarray(np.where(used, combos, 0)), batch_size=batch_size)
+  return checked(res, scorer, what="exhaustive_search")

@@ -32,6 +32,12 @@ construction, so the budget is never exceeded). The empty combination is the ans
 no single chunk fits. Ties go to the node created first (fewer chunks, lower indices), so the
 search is deterministic.
 
+A scorer that returns NaN or ±inf for an order makes the answer meaningless (the best order
+may be one it could not score). The search then stops growing the tree and flags the result
+(`SearchResult.nonfinite`); `corag_search` called eagerly raises a `ValueError` naming the
+scorer, and a caller under `jit` / `vmap` (the Pipeline, `sharded_search`, training) checks
+the flag with `raise_if_nonfinite` once the values are concrete.
+
 Everything is fixed-shape arrays in `lax` loops: the children expanded in iteration `i` occupy
 the block `1 + i·N … 1 + i·N + N − 1`, slot `j` holding chunk `j` (a non-fitting chunk leaves
 its slot empty, `exists = False`). `jax.vmap` the search over a batch of queries.
@@ -40,7 +46,7 @@ its slot empty, `exists = False`). `jax.vmap` the search over a batch of queries
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -112,8 +118,67 @@ def _check_scorer_leaves(scorer) -> None:
             "weights and arrays must be finite (check the weights of `weighted_sum` / `w * scorer`).")
 
 
+def scorer_name(scorer) -> str:
+  """A short name for error messages: a function's name, a scorer's class, a registry name."""
+  if isinstance(scorer, str):
+    return repr(scorer)
+  name = getattr(scorer, "__name__", None)
+  return f"`{name}`" if isinstance(name, str) else f"`{type(scorer).__name__}`"
+
+
+def _kind(x) -> str:
+  if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+    return f"an array of shape {tuple(x.shape)} and dtype {x.dtype}"
+  return f"{type(x).__name__} {x!r}" if isinstance(x, (int, float, type(None))) else type(x).__name__
+
+
+def scorer_value(scorer, order: Array) -> Array:
+  """`scorer(order)` for one order `[T]` as a float32 scalar `[]`.
+
+  Anything else than a scalar real array (a vector `[T]` or `[1]`, a Python number, None) is
+  a `TypeError` naming the scorer, raised while the caller is traced (before anything is
+  compiled); under `vmap` the check sees one order, as the scorer does.
+  """
+  out = scorer(order)
+  ok = isinstance(out, (jax.Array, np.ndarray, np.generic)) and out.shape == () and (
+      jnp.issubdtype(out.dtype, jnp.floating) or jnp.issubdtype(out.dtype, jnp.integer))
+  if not ok:
+    raise TypeError(
+        f"The scorer {scorer_name(scorer)} returned {_kind(out)} for one order [T]; a CORAG "
+        "scorer must return a scalar float array (shape [], e.g. `jnp.sum(...)`): reduce a "
+        "vector to one number, and build a constant with `jnp.asarray(x, jnp.float32)`.")
+  return out.astype(jnp.float32)
+
+
 def score_all(scorer, orders: Array) -> Array:
-  return jax.vmap(scorer)(orders).astype(jnp.float32)
+  """Values `[C]` of the orders `[C, T]` (one vmapped scorer call)."""
+  return jax.vmap(functools.partial(scorer_value, scorer))(orders)
+
+
+def raise_if_nonfinite(nonfinite, scorer, *, what: str, rows: Optional[Sequence] = None) -> None:
+  """The one error for a scorer that gave NaN or ±inf, from a concrete flag: `nonfinite` `[]` or
+  `[B]` (a batch; `rows` names its entries, default 0…B−1). Every caller of the search and
+  the baselines under a transform checks its result's flag with this."""
+  flags = np.asarray(nonfinite, bool).reshape(-1)
+  if not flags.any():
+    return
+  where = ""
+  if np.ndim(nonfinite):
+    names = list(range(len(flags))) if rows is None else list(rows)
+    bad = [names[i] for i in np.flatnonzero(flags)]
+    where = f" for {len(bad)} of {len(flags)} queries (first: {', '.join(map(str, bad[:5]))})"
+  raise ValueError(
+      f"The scorer {scorer_name(scorer)} returned NaN or infinite values in {what}{where}: "
+      "the order it gives would be wrong (the search stops growing its tree there). Check the "
+      "scorer (and its model's inputs).")
+
+
+def checked(result: SearchResult, scorer, *, what: str) -> SearchResult:
+  """`result`, after `raise_if_nonfinite` when its values are concrete (an eager call); under
+  `jit` / `vmap` the flagged result goes back to the caller, who checks it."""
+  if checks.is_concrete(result.nonfinite):
+    raise_if_nonfinite(result.nonfinite, scorer, what=what)
+  return result
 
 
 def empty_order(d: int) -> Array:
@@ -131,6 +196,9 @@ def _children_values(scorer, order: Array, leaf_value: Array, depth: Array, n: i
   """
   gains = append_gains_of(scorer, order)
   if gains is not None:
+    if getattr(gains, "shape", None) != (n,):
+      raise TypeError(f"`{type(scorer).__name__}.append_gains(order)` must return [N] = [{n}] "
+                      f"(one gain per chunk), got {_kind(gains)}.")
     return leaf_value + gains.astype(jnp.float32)
   ar = jnp.arange(n, dtype=jnp.int32)
   orders = jnp.where(jnp.arange(order.shape[0])[None, :] == depth, ar[:, None], order[None, :])  # [N, T]
@@ -226,7 +294,7 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
   n = costs.shape[0]
   d = max_depth
   m = 1 + iterations * n
-  root_value = scorer(empty_order(d)).astype(jnp.float32)
+  root_value = scorer_value(scorer, empty_order(d))
   root_bad = ~jnp.isfinite(root_value)
   root_value = jnp.where(root_bad, 0.0, root_value)
   root_done = ~tree_lib.can_grow(jnp.zeros((n,), bool), jnp.zeros((), jnp.float32), costs, valid, budget)
@@ -268,7 +336,7 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
                      exploration, cost_penalty, budget,
                      (tree.value_min, tree.value_max) if normalize else None)
   return SearchResult(order=order, length=tree.depth[best], value=tree.value[best],
-                      cost=tree.cost[best], utility=utility, tree=tree)
+                      cost=tree.cost[best], utility=utility, tree=tree, nonfinite=tree.nonfinite)
 
 
 def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
@@ -301,7 +369,14 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       suits 5–25 iterations (the paper's c ≈ 2.4 explores breadth-first on [0, 1] values).
 
   Returns:
-    `SearchResult(order [T], length, value, cost, utility, tree)`.
+    `SearchResult(order [T], length, value, cost, utility, tree, nonfinite)`.
+
+  Raises:
+    TypeError: the scorer returns anything but a scalar float array for an order.
+    ValueError: called eagerly, when the scorer gave NaN or ±inf for an order it was asked
+      about (the root or a child that fits). Under `jit` / `vmap` nothing can be raised on a
+      value: the search stops growing the tree at that point and returns `nonfinite = True`
+      with the best order found before; check it (`search.raise_if_nonfinite` once concrete).
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   iterations = checks.static_int(iterations, "iterations", 1, what="it fixes the tree size")
@@ -314,5 +389,6 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
     if x.ndim != 0:
       raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
     checks.check_finite(x, name)
-  return _search(scorer, costs, budget, valid, exploration, cost_penalty,
-                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=normalize)
+  res = _search(scorer, costs, budget, valid, exploration, cost_penalty,
+                iterations=iterations, max_depth=max_depth, backup=backup, normalize=normalize)
+  return checked(res, scorer, what="corag_search")

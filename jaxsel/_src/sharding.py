@@ -39,7 +39,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from jaxsel._src import checks
 from jaxsel._src import pytree
 from jaxsel._src.greedy import greedy
-from jaxsel._src.search import corag_search
+from jaxsel._src.search import checked, corag_search
 from jaxsel._src.types import Objective, SearchResult, Selection
 
 Array = jax.Array
@@ -254,6 +254,10 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
 
   Returns:
     `SearchResult` with a leading `[B]` axis, equal to the one-device `jax.vmap`.
+
+  Raises:
+    ValueError: a query's scorer gave NaN or ±inf (`SearchResult.nonfinite`; the message names
+      the queries), when the result is concrete; under `jit` the caller checks the flag.
   """
   costs = checks.as_float_array(costs, "costs")
   if costs.ndim != 2:
@@ -268,8 +272,9 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
 
   run = _batched_search(mesh, axes, iterations, max_depth, backup,
                         checks.static_bool(normalize, "normalize"))
-  return run(scorers, costs, per_query(budget), valid, per_query(exploration),
-             per_query(cost_penalty))
+  res = run(scorers, costs, per_query(budget), valid, per_query(exploration),
+            per_query(cost_penalty))
+  return checked(res, scorers, what="sharded_search")
 
 
 @pytree.dataclass

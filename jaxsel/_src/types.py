@@ -39,6 +39,7 @@ class SearchResult(NamedTuple):
   cost: Array  # [] float32 total cost of `order` (never above the budget)
   utility: Array  # [] float32 tree utility U of the answer node (baselines: `value`)
   tree: Any  # the search `Tree`; None for baselines
+  nonfinite: Array  # [] bool the scorer gave NaN or ±inf for a value used: the order is unreliable
 
 
 @runtime_checkable

@@ -1,12 +1,19 @@
 """What the framework adapters share, free of any framework: settings checks, token counting,
 the embedding-reuse rule, and one call to `Pipeline.select` over texts.
 
+One behaviour in every framework's query path: an empty or whitespace-only candidate is never
+picked (it would cost 0 tokens and say nothing), and a budget below the cheapest candidate
+returns no candidates with a warning on the ``jaxsel.integrations`` logger (a postprocessor in
+a chain should not break the chain). Bad settings (`budget=0`, a negative or fractional
+budget) are refused when the adapter is built.
+
 Shape legend: N candidates (nodes / documents), D embedding dimension.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import numbers
 import os
@@ -22,6 +29,7 @@ METHODS = ("facility_location", "saturated_coverage", "mmr", "corag", "naive")
 ORDERS = ("input", "selection")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_METHOD = "facility_location"
+logger = logging.getLogger("jaxsel.integrations")
 # A callable `text -> int` or `text -> tokens`, a Hugging Face tokenizer, or has `.encode(text)`.
 TokenizerLike = Any
 
@@ -62,11 +70,14 @@ def check_order(order) -> str:
 
 
 def check_budget(budget):
+  """None, or a whole number of tokens >= 1 (a float such as 512.0 is one; 0 would select
+  nothing, ever)."""
   if budget is None:
     return None
   if isinstance(budget, bool) or not isinstance(budget, numbers.Real) \
-      or not math.isfinite(budget) or budget < 0:
-    raise ValueError(f"`budget` must be a finite number of tokens >= 0 or None, got {budget!r}.")
+      or not math.isfinite(budget) or budget < 1 or not float(budget).is_integer():
+    raise ValueError(f"`budget` must be a whole number of tokens >= 1 (or None: only `k` limits), "
+                     f"got {budget!r}.")
   return budget
 
 
@@ -200,28 +211,39 @@ def build_pipeline(pipeline=None, encoder=None) -> jaxsel.Pipeline:
 def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str],
                       costs: np.ndarray, *, embeddings: Optional[np.ndarray],
                       query_embedding: Optional[np.ndarray], method: str, budget, k, min_gain,
-                      order: str, what: str, query_hint: str):
+                      order: str, what: str, query_hint: str,
+                      contents: Optional[Sequence[str]] = None):
   """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
 
   With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.
+  A candidate whose `contents` (its own text, default `texts`) is blank is never picked; a
+  budget below every other candidate's cost picks nothing and logs a warning (`result` is
+  then None), as the module docstring says.
   """
   check_settings(method=method, budget=budget, k=k, order=order)
   if not isinstance(query, str) or not query.strip():
     raise ValueError(f"jaxsel needs a query (a non-empty string) to select {what}s, got {query!r}.")
-  if not len(texts):
+  keep = [i for i, t in enumerate(texts if contents is None else contents) if t.strip()]
+  if not keep:
+    return [], None
+  cheapest = min(int(costs[i]) for i in keep)
+  if budget is not None and budget < cheapest:
+    logger.warning("jaxsel selects no %s: the budget of %g tokens is below the cheapest of the "
+                   "%d candidates (%d tokens).", what, budget, len(keep), cheapest)
     return [], None
   if pipeline.method != method:
     pipeline = pipeline.replace(method=method)  # shares the encoder and the embedding cache
-  passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))
-              for i, (t, c) in enumerate(zip(texts, costs))]
+  passages = [jaxsel.Passage(texts[i], 0, len(texts[i]), doc=j, tokens=int(costs[i]))
+              for j, i in enumerate(keep)]
   q_emb = None
   if embeddings is not None:
     check_dimensions(pipeline, embeddings, query_embedding, what=what, query_hint=query_hint)
+    embeddings = embeddings[keep]
     q_emb = None if query_embedding is None else query_embedding[None]
   result = pipeline.select(query, passages, budget=budget, k=k, min_gain=min_gain,
                            embeddings=embeddings, query_embeddings=q_emb)
   scores = np.zeros(len(result.indices)) if result.scores is None else result.scores
-  picks = [Pick(int(i), r, float(s), float(g))
+  picks = [Pick(keep[int(i)], r, float(s), float(g))
            for r, (i, s, g) in enumerate(zip(result.indices, scores, result.gains))]
   if order == "input":
     picks.sort(key=lambda p: p.index)

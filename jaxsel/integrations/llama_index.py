@@ -115,6 +115,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
           self._pipeline, query_bundle.query_str, texts, costs, embeddings=emb,
           query_embedding=query_emb, method=self.method, budget=self.budget, k=self.k,
           min_gain=self.min_gain, order=self.order, what="node",
+          contents=[n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes],
           query_hint="give the query embedding (`QueryBundle(query_str, embedding=...)`)")
       out = [NodeWithScore(node=nodes[p.index].node, score=p.score) for p in picks]
       event.on_end(payload={EventPayload.NODES: out})

@@ -106,6 +106,27 @@ def test_batched_search_matches_single_and_budget(sample):
   assert (cost <= 200).all() and ((orders >= 0).sum(1) >= 1).all()
 
 
+def test_batched_search_refuses_a_scorer_that_gives_nan(sample):
+  """Issue 20.4: the batched search under `jit(vmap)` returned a NaN question's order (worse,
+  silently); `search_orders` now checks each question's `nonfinite` flag and names it."""
+  import jax.numpy as jnp
+  import jaxsel
+  ex, f = sample
+  top = np.where(f.valid, f.costs, 0).max(1)
+  cut = np.median(top)  # questions with a passage dearer than this get NaN for it
+
+  def dear_is_nan(fi, tok):
+    return jaxsel.relevance_scorer(jnp.where(fi.costs > cut, jnp.nan, 1.0))
+
+  bad = np.flatnonzero(top > cut)
+  assert 0 < len(bad) < len(top)
+  with pytest.raises(ValueError, match=rf"scorer 'dear' returned NaN or infinite values in "
+                                       rf"search_orders for {len(bad)} of {len(top)} questions "
+                                       rf"\(first: \[{bad[0]}, "):
+    labels.search_orders(f, "dear", budget=1e6, iterations=1, cost_penalty=0.2, exploration=2.0,
+                         max_depth=2, builders={"dear": dear_is_nan})
+
+
 def test_features_carry_the_pipelines_text_signals(sample):
   from jaxsel._src import methods
   ex, f = sample

@@ -274,6 +274,14 @@ class SentenceEncoder(TokenizedModel):
       tok[i, :len(x)] = x
     return TokenEmbeddings(jnp.asarray(out), jnp.asarray(mask), jnp.asarray(tok))
 
+  def chunk_capacity(self, *, prompt: Optional[str] = None,
+                     prompt_name: Optional[str] = None) -> int:
+    """Text tokens in one window of `encode_chunks` (`max_length` less the special tokens and
+    the prompt's): no span may be longer (the Pipeline checks its `max_tokens` against it)."""
+    prefix = self._prefix(prompt, prompt_name)
+    return (self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
+            - len(self.tokenizer(prefix, add_special_tokens=False)["input_ids"]))
+
   def encode_chunks(self, text: str, spans: Sequence[tuple[int, int]], *,
                     prompt: Optional[str] = None, prompt_name: Optional[str] = None,
                     normalize: bool = True, overlap: Optional[int] = None) -> Array:
@@ -293,8 +301,7 @@ class SentenceEncoder(TokenizedModel):
     offs = np.asarray(self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
                                      verbose=False)
                       ["offset_mapping"], np.int64).reshape(-1, 2)
-    capacity = (self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
-                - len(self.tokenizer(prefix, add_special_tokens=False)["input_ids"]))
+    capacity = self.chunk_capacity(prompt=prefix)
     if len(offs) <= capacity:
       return self._pool(text, spans, prefix, normalize)
     out = [None] * len(spans)
@@ -341,11 +348,11 @@ def _windows(offs: np.ndarray, spans: list, capacity: int, overlap: Optional[int
     i = int(np.argmax(last - first))
     raise ValueError(f"Span {i} {tuple(spans[i])} is {longest} tokens, more than the {capacity} "
                      "text tokens of one window; split it into shorter chunks.")
-  if overlap is None:
-    overlap = max(capacity // 4, longest)
-  if isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer)) or not 0 <= overlap < capacity:
+  if overlap is not None and (isinstance(overlap, bool) or not isinstance(overlap, (int, np.integer))
+                              or not 0 <= overlap < capacity):
     raise ValueError(f"`overlap` must be an int in [0, {capacity}) tokens, got {overlap!r}.")
-  overlap = max(int(overlap), longest)  # every span must fit whole in some window
+  # Every span must fit whole in some window (a span of a whole window: windows one token apart).
+  overlap = max(capacity // 4 if overlap is None else int(overlap), longest)
   stride = max(1, capacity - overlap)
   starts = list(range(0, t - capacity, stride)) + [t - capacity]
   out: dict = {}

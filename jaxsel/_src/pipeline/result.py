@@ -7,6 +7,7 @@ Shape legend: K picks, Q queries, N candidates.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Optional
 
 import jax.numpy as jnp
@@ -30,9 +31,14 @@ def join_context(texts, *, numbered: bool = True) -> str:
   return "\n\n".join(f"[{i + 1}] {t}" for i, t in enumerate(texts))
 
 
+PLACEHOLDER = re.compile(r"\{(query|context)\}")
+
+
 def fill_template(template: str, queries, context: str) -> str:
-  """`template` with `{query}` (the queries, one per line) and `{context}` filled in."""
-  return template.replace("{query}", "\n".join(queries)).replace("{context}", context)
+  """`template` with `{query}` (the queries, one per line) and `{context}` filled in, in one
+  pass: a question or a passage that itself contains "{context}" or "{query}" stays as written."""
+  values = {"query": "\n".join(queries), "context": context}
+  return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
 @dataclasses.dataclass

@@ -38,6 +38,7 @@ from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
 from jaxsel._src.pipeline.result import Answer, SelectionResult
 from jaxsel._src.checks import check_texts
+from jaxsel._src.search import raise_if_nonfinite
 from jaxsel._src.types import Configurator, Encoder
 
 
@@ -110,8 +111,8 @@ class Pipeline:
     self.agent = agent
     self.generator = generator
     self.config = (config or PipelineConfig()).replace(**settings)
-    self._check_late_chunking()
     self._cache = EmbeddingCache()
+    self._check_late_chunking()
 
   @property
   def method(self) -> str:
@@ -128,9 +129,22 @@ class Pipeline:
     return self.encoder.tokenizer
 
   def _check_late_chunking(self) -> None:
-    if self.late_chunking and not callable(getattr(self.encoder, "encode_chunks", None)):
+    if not self.late_chunking:
+      return
+    if not callable(getattr(self.encoder, "encode_chunks", None)):
       raise TypeError("late chunking (`late_chunking=True` or `unit='word'`) needs an encoder with "
                       "`encode_chunks(text, spans, ...)`, e.g. `jaxsel.load_encoder(...)`.")
+    # Every passage must fit in one window of the encoder (words are never that long).
+    max_tokens, capacity_of = self.config.max_tokens, getattr(self.encoder, "chunk_capacity", None)
+    if max_tokens is None or self.config.unit == "word" or not callable(capacity_of):
+      return
+    capacity = capacity_of(prompt_name=self._embedder.prompt_name("passage"))
+    if max_tokens > capacity:
+      raise ValueError(
+          f"`max_tokens` {max_tokens} is longer than late chunking can embed: the encoder reads "
+          f"{capacity} text tokens per window (its {getattr(self.encoder, 'max_length', '?')} "
+          "positions less special and prompt tokens), and a passage must fit in one window. Use "
+          f"max_tokens <= {capacity}, or late_chunking=False.")
 
   def replace(self, **changes) -> "Pipeline":
     """A copy with some settings changed (e.g. `method=`), sharing the encoder, the index
@@ -265,10 +279,9 @@ class Pipeline:
     return outs
 
   def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:
-    if bool(out.nonfinite):
-      raise ValueError(f"The CORAG scorer {r.scorer!r} returned NaN or infinite values for this "
-                       "request; the search stopped. Check the scorer (and its model's inputs).")
     cfg, passages = self.config, r.candidates.passages
+    raise_if_nonfinite(out.nonfinite, solve_lib.BASELINE_SCORERS.get(cfg.method, r.scorer),
+                       what=f"this request's {cfg.method!r} selection")
     # A searched order is not a greedy ranking (a later chunk may pay off only after an
     # earlier one), so `min_gain` cuts only the greedy baselines after the fact.
     order, gains, curve = solve_lib.picks(

@@ -30,6 +30,8 @@ from jaxsel._src.types import NO_ITEM
 Array = jax.Array
 
 MIN_BUCKET = 8
+# What the baselines score their curve with (CORAG: the request's scorer).
+BASELINE_SCORERS = {"naive": "relevance", "mmr": "facility_location"}
 
 
 def bucket(n: int, *, per_octave: int = 4, minimum: int = MIN_BUCKET) -> int:
@@ -112,7 +114,7 @@ class Output(NamedTuple):
   curve: Array  # [K] objective (or scorer) value after each pick
   count: Array  # [] int32 picks
   relevance: Array  # [Q, N] r_qj
-  nonfinite: Array  # [] bool: the CORAG scorer gave a NaN or infinite value
+  nonfinite: Array  # [] bool: the search's or baseline's scorer gave NaN or ±inf (`SearchResult`)
 
 
 def _prefix_values(scorer, order: Array):
@@ -145,10 +147,10 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   total = jnp.where(jnp.isfinite(settings.budget), settings.budget, jnp.sum(req.costs))
   rel = methods.best_relevance(req)
   if c.method == "naive":
-    sc = methods.scorer("relevance", req, discount=1.0)  # curve: total relevance
+    sc = methods.scorer(BASELINE_SCORERS["naive"], req, discount=1.0)  # curve: total relevance
     res = naive_rag(sc, req.costs, budget=total, max_depth=c.depth, relevance=rel, valid=req.valid)
   elif c.method == "mmr":
-    sc = methods.scorer("facility_location", req, discount=1.0)  # curve: f(S)
+    sc = methods.scorer(BASELINE_SCORERS["mmr"], req, discount=1.0)  # curve: f(S)
     res = mmr(sc, req.costs, budget=total, similarity=req.similarity, diversity=settings.diversity,
               max_depth=c.depth, relevance=rel, valid=req.valid)
   else:
@@ -159,8 +161,7 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
     if c.top_up:
       res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid))
   curve, gains = _prefix_values(sc, res.order)
-  nonfinite = no if res.tree is None else res.tree.nonfinite
-  return Output(res.order, gains, curve, res.length, req.relevance, nonfinite)
+  return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite)
 
 
 def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: Array) -> dict:
