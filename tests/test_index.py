@@ -1,17 +1,26 @@
 """The embedded vector index: exact top-k against NumPy, save/load, crash safety, sharding."""
 
+import collections
+import enum
+import fcntl
 import io
 import json
+import multiprocessing
 import os
+import queue as queue_lib
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from jaxsel._src import index as index_lib
+from jaxsel._src import io as io_lib
 from jaxsel._src.index import VectorIndex
 
 
@@ -68,7 +77,7 @@ def test_save_load_round_trip(data, tmp_path):
   ix.save(path)
   ix.save(path)  # a second save replaces the first generation's files
   assert sorted(f.name for f in path.iterdir()) == [
-      "index.json", "records-000002.jsonl", "vectors-000002.safetensors"]
+      ".index.lock", "index.json", "records-000002.jsonl", "vectors-000002.safetensors"]
   back = VectorIndex.load(path)
   assert len(back) == 150 and back.dim == 16 and back.info == {"model": "test"}
   assert back.texts == ix.texts and back.metadata == ix.metadata
@@ -238,7 +247,7 @@ def test_line_separators_and_surrogates_round_trip_and_a_failed_save_keeps_the_o
     ix.save(path)
   ix.metadata[2] = None
   ix.info["encoder"] = object()
-  with pytest.raises(TypeError, match="`info`"):
+  with pytest.raises(TypeError, match=r"`info\['encoder'\]` has type object, which JSON cannot"):
     ix.save(path)
   assert _listing(path) == before
   assert VectorIndex.load(path).texts == texts
@@ -267,7 +276,7 @@ def test_save_never_deletes_or_overwrites_files_it_did_not_write(data, tmp_path)
   _filled(x[:30], chunks=(0, 30)).save(path)
   assert {n: b for n, b in _listing(path).items() if n in theirs} == theirs
   assert sorted(set(_listing(path)) - set(theirs)) == [
-      "index.json", "records-000004.jsonl", "vectors-000004.safetensors"]
+      ".index.lock", "index.json", "records-000004.jsonl", "vectors-000004.safetensors"]
   assert len(VectorIndex.load(path)) == 30
 
 
@@ -295,7 +304,7 @@ def test_next_save_cleans_exactly_what_a_killed_save_left(tmp_path):
   got = _listing(path)
   assert {n: got[n] for n in theirs} == theirs
   assert sorted(set(got) - set(theirs)) == [
-      "index.json", "records-000002.jsonl", "vectors-000002.safetensors"]
+      ".index.lock", "index.json", "records-000002.jsonl", "vectors-000002.safetensors"]
 
 
 def test_cli_index_build_into_the_documents_folder_is_refused(tmp_path, monkeypatch, capsys):
@@ -363,3 +372,211 @@ def test_sharded_over_8_devices_matches_numpy(tmp_path):
   ref = _reference(x, q, 9)[1]
   np.testing.assert_array_equal(got[0], ref)
   np.testing.assert_array_equal(got[1], ref)
+
+
+# ----------------------------------------------------------------------------- concurrent saves
+
+_WRITERS, _ROUNDS = 4, 10
+
+
+def _writer_texts(writer: int, round_: int) -> list:
+  """The texts of writer `writer`'s index in round `round_`: 3 + writer of them, all named."""
+  return [f"w{writer} r{round_} #{j}" for j in range(3 + writer)]
+
+
+def _whose(index) -> tuple:
+  """`(writer, round)` whose index `index` is, wholly; raises AssertionError for a mix."""
+  texts = index.texts
+  assert texts, "an empty index"
+  writer, round_ = (int(t[1:]) for t in texts[0].split(" ")[:2])
+  assert texts == _writer_texts(writer, round_), f"a mix of writers' files: {texts}"
+  want = np.random.default_rng([writer, round_]).normal(size=(len(texts), 4)).astype(np.float32)
+  want /= np.linalg.norm(want, axis=1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(index.embeddings), want, atol=1e-6)
+  assert [m["w"] for m in index.metadata] == [writer] * len(texts)
+  return writer, round_
+
+
+def _save_rounds(writer, path, barrier, errors):
+  """One of several processes saving into `path` at the same moment, `_ROUNDS` times; writer
+  0 also checks after each round that the folder holds exactly one writer's index."""
+  try:
+    for r in range(_ROUNDS):
+      ix = VectorIndex(4)
+      texts = _writer_texts(writer, r)
+      x = np.random.default_rng([writer, r]).normal(size=(len(texts), 4)).astype(np.float32)
+      ix.add(x, texts=texts, metadata=[{"w": writer}] * len(texts))
+      barrier.wait(timeout=120)
+      try:
+        ix.save(path)
+      except Exception as e:  # noqa: BLE001 - every failure is reported, not only some
+        errors.put(f"round {r}, writer {writer}: save raised {type(e).__name__}: {e}")
+      barrier.wait(timeout=120)
+      if writer == 0:
+        try:
+          got = _whose(VectorIndex.load(path))
+          if got[1] != r:
+            errors.put(f"round {r}: the folder holds round {got[1]}'s index")
+        except Exception as e:  # noqa: BLE001
+          errors.put(f"round {r}: load raised {type(e).__name__}: {e}")
+      barrier.wait(timeout=120)
+  except Exception as e:  # noqa: BLE001 - a broken barrier: another process died
+    errors.put(f"writer {writer} stopped: {type(e).__name__}: {e}")
+
+
+def _load_while_saving(path, stop, errors, loads):
+  """Loads `path` over and over while the writers save: every load is one writer's index."""
+  n = bad = 0
+  while not stop.is_set():
+    try:
+      _whose(VectorIndex.load(path))
+      n += 1
+    except FileNotFoundError:
+      bad += n > 0
+    except Exception as e:  # noqa: BLE001
+      bad += 1
+      if bad <= 3:
+        errors.put(f"load while saving raised {type(e).__name__}: {e}")
+  if bad:
+    errors.put(f"{bad} of {n + bad} loads while saving failed")
+  loads.value = n
+
+
+def test_concurrent_saves_into_one_folder_leave_one_whole_index(tmp_path):
+  """Processes saving different indexes into one folder at the same moment used to pick the
+  same generation: in some rounds the manifest of one sat beside the vectors of another (the
+  folder no longer loaded) or a save died on another's temp file. Saves are serialised by a
+  lock file now: after every round the folder holds exactly one writer's index, and a process
+  loading it meanwhile always gets one whole index."""
+  path = str(tmp_path / "shared.index")
+  ctx = multiprocessing.get_context("spawn")
+  barrier, errors, stop = ctx.Barrier(_WRITERS), ctx.Queue(), ctx.Event()
+  loads = ctx.Value("i", 0)
+  writers = [ctx.Process(target=_save_rounds, args=(w, path, barrier, errors))
+             for w in range(_WRITERS)]
+  reader = ctx.Process(target=_load_while_saving, args=(path, stop, errors, loads))
+  for p in writers + [reader]:
+    p.start()
+  found = []
+
+  def drain(processes, seconds):  # read while they run: a child exits once its queue is read
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.is_alive() for p in processes):
+      try:
+        found.append(errors.get(timeout=0.2))
+      except queue_lib.Empty:
+        pass
+
+  drain(writers, 600)
+  stop.set()
+  drain([reader], 120)
+  for p in writers + [reader]:
+    p.join(timeout=10)
+  while True:
+    try:
+      found.append(errors.get(timeout=0.5))
+    except queue_lib.Empty:
+      break
+  assert not found, f"{len(found)} failures:\n" + "\n".join(found[:8])
+  assert [p.exitcode for p in writers + [reader]] == [0] * (_WRITERS + 1)
+  assert loads.value > 0
+  _whose(VectorIndex.load(path))
+  names = sorted(os.listdir(path))
+  assert len(names) == 4 and names[:2] == [".index.lock", "index.json"], names
+
+
+def test_a_save_waits_for_the_lock_and_names_it_on_timeout(data, tmp_path):
+  x, _ = data
+  path = tmp_path / "idx"
+  _filled(x[:10], chunks=(0, 10)).save(path)
+  new = _filled(x[:20], chunks=(0, 20))
+  with io_lib.folder_lock(path, index_lib.LOCK, timeout=0):  # another save in progress
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError, match=r"\.index\.lock' is still locked by another process "
+                       r"after 0\.2 s"):
+      new.save(path, lock_timeout=0.2)
+    assert time.perf_counter() - t0 >= 0.2
+  assert len(VectorIndex.load(path)) == 10  # the refused save wrote nothing
+
+  held = threading.Event()
+
+  def hold_briefly():
+    with io_lib.folder_lock(path, index_lib.LOCK, timeout=0):
+      held.set()
+      time.sleep(0.3)
+
+  holder = threading.Thread(target=hold_briefly)
+  holder.start()
+  held.wait()
+  t0 = time.perf_counter()
+  new.save(path)  # waits for the holder, then saves
+  assert time.perf_counter() - t0 >= 0.2
+  holder.join()
+  assert len(VectorIndex.load(path)) == 20
+  with pytest.raises(ValueError, match="`lock_timeout` must be a finite number"):
+    new.save(path, lock_timeout=-1)
+  # The lock is an OS lock on the file: a process that dies holding it releases it.
+  with open(path / index_lib.LOCK) as f:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free now
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_index_files_respect_the_umask(data, tmp_path, umask):
+  """Index files were written 0600 whatever the umask (`mkstemp`); every file `atomic_write`
+  writes now gets 0666 less the umask, as `open` gives."""
+  x, _ = data
+  old = os.umask(umask)
+  try:
+    _filled(x[:10], chunks=(0, 10)).save(tmp_path / "idx")
+    _filled(x[:12], chunks=(0, 12)).save(tmp_path / "idx")  # a replaced manifest too
+    io_lib.atomic_write(tmp_path / "plain.json", b"{}")
+  finally:
+    os.umask(old)
+  files = list((tmp_path / "idx").iterdir()) + [tmp_path / "plain.json"]
+  assert len(files) == 5
+  for f in files:
+    assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f
+
+
+class _Color(enum.IntEnum):
+  RED = 1
+
+
+@pytest.mark.parametrize("meta,error,match", [
+    ({"span": (0, 5)}, TypeError, r"`metadata\[1\]\['span'\]` is a tuple.*load back as a list"),
+    ((0, 5), TypeError, r"`metadata\[1\]` is a tuple"),
+    ({"a": [{3: "x"}]}, TypeError,
+     r"`metadata\[1\]\['a'\]\[0\]` has the key 3 of type int.*load back as '3'"),
+    ({True: 1}, TypeError, r"key True of type bool.*load back as 'true'"),
+    ({None: 1}, TypeError, r"key None of type NoneType.*load back as 'null'"),
+    ({(1, 2): 1}, TypeError, r"key \(1, 2\) of type tuple.*JSON cannot store it"),
+    ({"score": np.float64(0.5)}, TypeError, r"numpy\.float64, which would load back.*plain float"),
+    ({"n": np.int64(3)}, TypeError, r"numpy\.int64, which JSON cannot store"),
+    ({"c": _Color.RED}, TypeError, r"_Color, which would load back.*plain int"),
+    (collections.OrderedDict(a=1), TypeError, r"OrderedDict, which would load back.*plain dict"),
+    ({"s": {1, 2}}, TypeError, r"`metadata\[1\]\['s'\]` has type set, which JSON cannot store"),
+    ({"w": float("nan")}, ValueError, r"metadata\[1\]\['w'\]` is nan.*NaN and infinity"),
+])
+def test_metadata_a_json_round_trip_would_change_is_refused_at_add(meta, error, match):
+  """Tuples came back as lists and int keys as str keys, silently; now `add` refuses what
+  JSON cannot keep exactly, naming the place, and adds nothing."""
+  ix = VectorIndex(2)
+  with pytest.raises(error, match=match):
+    ix.add(np.eye(2, dtype=np.float32), texts=["a", "b"], metadata=[{"ok": [1]}, meta])
+  assert len(ix) == 0 and ix.metadata == []
+  with pytest.raises(error, match=match.replace(r"metadata\[1\]", r"info\['k'\]")):
+    VectorIndex(2, info={"k": meta})  # the index's own facts: the same rule
+
+
+def test_metadata_of_every_json_type_round_trips_exactly(tmp_path):
+  meta = [{"span": [0, 5], "ok": True, "n": 3, "f": -0.0, "s": "\ud800", "z": None,
+           "nested": {"list": [[], {}, [1.5, "x"]]}}, [], "plain", 7, None]
+  ix = VectorIndex(2, info={"model": "m", "k": [1, 2]})
+  ix.add(np.ones((5, 2), np.float32), metadata=meta)
+  back = VectorIndex.load(ix.save(tmp_path / "idx"))
+  assert back.metadata == meta and back.info == ix.info
+  assert repr(back.metadata) == repr(meta)  # the same types, not only equal values
+  ix.metadata[0] = {"span": (0, 5)}  # changed after `add`: refused by `save`, which writes nothing
+  with pytest.raises(TypeError, match=r"metadata\[0\]\['span'\]` is a tuple"):
+    ix.save(tmp_path / "idx")
+  assert VectorIndex.load(tmp_path / "idx").metadata == meta

@@ -17,15 +17,23 @@ On disk an index is a folder:
   one per line. Lines end with b"\n" only (JSON escapes it inside strings), so texts holding
   U+2028, U+2029 or U+0085 load back; lone surrogates (a valid Python `str`, not valid Unicode
   text) are written as their code points' UTF-8-style bytes (`surrogatepass`), so every `str`
-  round-trips exactly. Metadata holding NaN or infinity is refused by `add` (JSON has no such
-  numbers);
-* `.index-pending.json`, only while a save is in progress: the journal of the files it may leave.
+  round-trips exactly. Metadata must be what JSON keeps exactly (dicts with str keys, lists,
+  str, int, float, bool, None): `add` refuses anything a round trip would change (a tuple
+  would come back a list, an int key a str key) and NaN or infinity (JSON has no such numbers);
+* `.index-pending.json`, only while a save is in progress: the journal of the files it may leave;
+* `.index.lock`: the lock file that serialises saves (kept; it holds nothing).
 
-A save first writes its journal (the names of the files it will write and of the old generation's
-files it will drop), writes and fsyncs the new generation's files, then replaces the manifest with
-one atomic `os.replace`; only then are the old generation's files and the journal removed. A crash
-at any point leaves either the old index or the new one, both complete, and the next save removes
-what the crashed one left (the files its journal names, and their `atomic_write` temp files).
+A save holds an OS lock on `.index.lock` (`fcntl.flock`) from reading the old manifest to the
+end, so saves into one folder from several threads or processes run one after the other (the
+last one's index stays); a save that waits longer than `lock_timeout` raises `TimeoutError`
+naming the lock file. It first writes its journal (the names of the files it will write and of
+the old generation's files it will drop), writes and fsyncs the new generation's files, then
+replaces the manifest with one atomic `os.replace`; only then are the old generation's files and
+the journal removed. A crash at any point leaves either the old index or the new one, both
+complete, and the next save removes what the crashed one left (the files its journal names, and
+their `atomic_write` temp files). `load` takes no lock: it reads one manifest and the files it
+names, and if a save has meanwhile committed another generation (so a file is gone) it reads
+the new manifest instead, so it returns one committed index, never a mix.
 
 An index only ever deletes files it wrote: the files its manifest or its journal names, and the
 temp files of those names. It never saves into a folder that holds other files but no index (that
@@ -49,7 +57,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from safetensors.numpy import load as st_load, save as st_save
 
 from jaxsel._src import checks
-from jaxsel._src.io import atomic_write, is_tmp_of
+from jaxsel._src.io import atomic_write, folder_lock, is_tmp_of
 from jaxsel._src.numerics import l2_normalize
 
 Array = jax.Array
@@ -58,6 +66,9 @@ FORMAT = "jaxsel-index"
 VERSION = 1
 MANIFEST = "index.json"
 PENDING = ".index-pending.json"  # the journal of a save in progress
+LOCK = ".index.lock"  # flock-ed by a save from start to end
+LOCK_TIMEOUT = 600.0  # seconds a save waits for another save of the same folder
+_LOAD_TRIES = 100  # manifests `load` reads while saves keep replacing them
 _MIN_CAPACITY = 64
 
 
@@ -107,7 +118,8 @@ class VectorIndex:
     dim: embedding dimension D.
     mesh: a 1-D `jax.sharding.Mesh` to shard the vectors along N. Default: all devices when
       there are several (`jax.devices()`), none with one device.
-    info: JSON-serialisable facts about the index saved with it (e.g. the encoder's name).
+    info: facts about the index saved with it (e.g. the encoder's name), a dict of what JSON
+      keeps exactly (see `add`).
   """
 
   def __init__(self, dim: int, *, mesh: Optional[Mesh] = None, info: Optional[dict] = None):
@@ -120,6 +132,7 @@ class VectorIndex:
       raise ValueError(f"`mesh` must be 1-D (one axis to shard N over), got axes {mesh.axis_names}.")
     self.mesh = mesh
     self.info = dict(info or {})
+    _check_json(self.info, "info")
     self.texts: list = []
     self.metadata: list = []
     self._count = 0
@@ -158,9 +171,12 @@ class VectorIndex:
           metadata: Optional[Sequence[Any]] = None) -> np.ndarray:
     """Adds `embeddings` `[M, D]` (normalised here) with optional texts and metadata.
 
-    Returns the `[M]` row ids they got. Texts may be any `str`. Metadata must be
-    JSON-serialisable without NaN or infinity (JSON has no such numbers; a `ValueError` names
-    the `metadata[i]` holding one: store None or a string instead).
+    Returns the `[M]` row ids they got. Texts may be any `str`. Each metadata entry must be
+    made of what JSON keeps exactly, so that it loads back equal and of the same types: dicts
+    with `str` keys, lists, `str`, `int`, `float`, `bool` and None. Anything else is refused
+    with an error naming the entry and the place in it: a tuple (it would load as a list), a
+    non-str key (it would load as a str), NaN or infinity (JSON has no such numbers), a NumPy
+    scalar or other subclass (it would load as the plain type), an object JSON cannot write.
     """
     x = checks.as_float_array(embeddings, "embeddings")
     if x.ndim == 1:
@@ -233,47 +249,54 @@ class VectorIndex:
       raise ValueError(f"`path` {str(path)!r} is a file; an index is saved as a folder.")
     _claim_folder(path)
 
-  def save(self, path) -> Path:
+  def save(self, path, *, lock_timeout: float = LOCK_TIMEOUT) -> Path:
     """Saves to folder `path` atomically (see the module docstring); returns the path.
 
     `path` must be a new or empty folder, or one that holds a jaxsel index (which is replaced;
     other files beside it are kept). A folder holding files but no index is refused with a
-    `ValueError` before anything is written.
+    `ValueError` before anything is written. Saves into one folder are serialised by a lock
+    file in it: a save waits for the one in progress, up to `lock_timeout` seconds, then
+    raises `TimeoutError` naming the lock file.
     """
     path = Path(path)
+    number = isinstance(lock_timeout, (int, float)) and not isinstance(lock_timeout, bool)
+    if not number or not lock_timeout >= 0 or lock_timeout == float("inf"):
+      raise ValueError(f"`lock_timeout` must be a finite number of seconds >= 0, got "
+                       f"{lock_timeout!r}.")
     if path.exists() and not path.is_dir():
       raise ValueError(f"`path` {str(path)!r} is a file; an index is saved as a folder.")
-    old, pending = _claim_folder(path)
-    current = _data_files(old)
-    gen = _free_generation(path, 1 + (old["generation"] if old and isinstance(
-        old.get("generation"), int) else 0), current, pending)
-    vectors_name, records_name = _file_names(gen)
+    _claim_folder(path)  # refuses a folder of other files before anything is written
     vec_bytes = st_save({"embeddings": np.asarray(self.embeddings, np.float32)},
                         metadata={"format": FORMAT})
     rec_bytes = "".join(_record_line(t, m, i) + "\n" for i, (t, m) in enumerate(
         zip(self.texts, self.metadata))).encode("utf-8", "surrogatepass")
-    manifest = {
-        "format": FORMAT, "version": VERSION, "generation": gen, "dim": self.dim,
-        "count": self._count, "vectors": vectors_name, "records": records_name,
-        "sha256": {vectors_name: hashlib.sha256(vec_bytes).hexdigest(),
-                   records_name: hashlib.sha256(rec_bytes).hexdigest()},
-        "info": self.info,
-    }
-    try:
-      man_bytes = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
-    except (TypeError, ValueError) as e:
-      raise TypeError(f"`info` must be JSON-serialisable to be saved: {e}") from None
+    _check_json(self.info, "info")
     path.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(path, current, pending)
-    journal = {"format": FORMAT, "files": [vectors_name, records_name] + current}
-    _atomic_write(path / PENDING, (json.dumps(journal) + "\n").encode("utf-8"))
-    _atomic_write(path / vectors_name, vec_bytes)
-    _atomic_write(path / records_name, rec_bytes)
-    _atomic_write(path / MANIFEST, man_bytes)  # the commit point
-    for name in current:
-      if name not in (vectors_name, records_name):
-        (path / name).unlink(missing_ok=True)
-    (path / PENDING).unlink(missing_ok=True)
+    with folder_lock(path, LOCK, timeout=lock_timeout):
+      # Under the lock: the manifest read here stays the current one until this save commits.
+      old, pending = _claim_folder(path)
+      current = _data_files(old)
+      gen = _free_generation(path, 1 + (old["generation"] if old and isinstance(
+          old.get("generation"), int) else 0), current, pending)
+      vectors_name, records_name = _file_names(gen)
+      manifest = {
+          "format": FORMAT, "version": VERSION, "generation": gen, "dim": self.dim,
+          "count": self._count, "vectors": vectors_name, "records": records_name,
+          "sha256": {vectors_name: hashlib.sha256(vec_bytes).hexdigest(),
+                     records_name: hashlib.sha256(rec_bytes).hexdigest()},
+          "info": self.info,
+      }
+      man_bytes = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
+      _remove_leftovers(path, current, pending)
+      journal = {"format": FORMAT, "files": [vectors_name, records_name] + current}
+      _atomic_write(path / PENDING, (json.dumps(journal) + "\n").encode("utf-8"))
+      _atomic_write(path / vectors_name, vec_bytes)
+      _atomic_write(path / records_name, rec_bytes)
+      _atomic_write(path / MANIFEST, man_bytes)  # the commit point
+      for name in current:  # the old generation, now that its successor is committed
+        if name not in (vectors_name, records_name):
+          (path / name).unlink(missing_ok=True)
+      (path / PENDING).unlink(missing_ok=True)
     return path
 
   @classmethod
@@ -283,16 +306,20 @@ class VectorIndex:
     if not (path / MANIFEST).is_file():
       raise FileNotFoundError(f"No jaxsel index at {str(path)!r} (missing {MANIFEST}); build one "
                               "with `VectorIndex.save` or `jaxsel index build`.")
-    man = _read_manifest(path)
-    blobs = {}
-    for key in ("vectors", "records"):
-      f = path / man[key]
-      if not f.is_file():
-        raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} named in {MANIFEST} is missing.")
-      blobs[key] = f.read_bytes()
-      if hashlib.sha256(blobs[key]).hexdigest() != man["sha256"].get(man[key]):
-        raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} does not match its checksum "
-                         f"in {MANIFEST} (truncated or modified); rebuild the index.")
+    raw = _manifest_bytes(path)
+    for _ in range(_LOAD_TRIES):
+      man = _read_manifest(path, raw)
+      try:
+        blobs = _read_generation(path, man)
+        break
+      except ValueError:
+        newer = _manifest_bytes(path)
+        if newer == raw:  # no save committed meanwhile: the files really are bad
+          raise
+        raw = newer  # a save replaced the generation this manifest names: read its successor
+    else:
+      raise ValueError(f"Index {str(path)!r} was replaced {_LOAD_TRIES} times while it was being "
+                       "read (saves into it without pause); load it when the saves stop.")
     try:
       vectors = st_load(blobs["vectors"])["embeddings"]
       records = _parse_records(blobs["records"])
@@ -314,14 +341,58 @@ class VectorIndex:
 
 
 def _record_line(text: Optional[str], meta: Any, i: int) -> str:
-  """Record `i` as one line of JSON (without its b"\n"); names the metadata JSON cannot hold."""
-  try:
-    return json.dumps({"text": text, "metadata": meta}, ensure_ascii=False, allow_nan=False)
-  except TypeError as e:
-    raise TypeError(f"`metadata[{i}]` must be JSON-serialisable to be saved: {e}") from None
-  except ValueError as e:
-    raise ValueError(f"`metadata[{i}]` cannot be saved as JSON ({e}). NaN and infinity are "
-                     "refused (JSON has no such numbers): store None or a string instead.") from None
+  """Record `i` as one line of JSON (without its b"\n"); names the metadata JSON cannot keep."""
+  _check_json(meta, f"metadata[{i}]")
+  return json.dumps({"text": text, "metadata": meta}, ensure_ascii=False, allow_nan=False)
+
+
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
+def _check_json(x: Any, name: str, _path: frozenset = frozenset()) -> None:
+  """Raises unless `x` loads back from JSON equal and of the same types: dicts with `str` keys,
+  lists, and `str`, `int`, `float` (finite), `bool`, None, exactly these types (a subclass such
+  as a NumPy scalar or an `IntEnum` would load as the plain type). `name` is where `x` sits in
+  the caller's argument, e.g. "metadata[3]"; the error extends it to the offending place."""
+  kind = type(x)
+  if kind in _JSON_SCALARS:
+    return
+  if kind is float:
+    if x != x or x in (float("inf"), float("-inf")):
+      raise ValueError(f"`{name}` is {x!r}, which cannot be saved: NaN and infinity are refused "
+                       "(JSON has no such numbers); store None or a string instead.")
+    return
+  if kind in (list, dict):
+    if id(x) in _path:
+      raise ValueError(f"`{name}` contains itself, which JSON cannot store.")
+    inner = _path | {id(x)}
+    if kind is list:
+      for j, item in enumerate(x):
+        _check_json(item, f"{name}[{j}]", inner)
+      return
+    for key, item in x.items():
+      if type(key) is not str:
+        becomes = (f"it would load back as {json.dumps(key)!r}"
+                   if type(key) in (int, float, bool, type(None)) else "JSON cannot store it")
+        raise TypeError(f"`{name}` has the key {key!r} of type {_type_name(type(key))}; JSON "
+                        f"keys are strings, so {becomes}. Use str keys (e.g. str(key)).")
+      _check_json(item, f"{name}[{key!r}]", inner)
+    return
+  if kind is tuple:
+    raise TypeError(f"`{name}` is a tuple, which JSON keeps as a list (it would load back as a "
+                    "list); pass a list.")
+  plain = next((t for t in (dict, list, str, bool, int, float) if isinstance(x, t)), None)
+  if plain is not None:
+    raise TypeError(f"`{name}` has type {_type_name(kind)}, which would load back from JSON as a "
+                    f"plain {plain.__name__}; pass {plain.__name__}(...) of it.")
+  raise TypeError(f"`{name}` has type {_type_name(kind)}, which JSON cannot store; metadata and "
+                  "info hold dicts with str keys, lists, str, int, float, bool and None.")
+
+
+def _type_name(kind: type) -> str:
+  if kind.__module__ == "builtins":
+    return kind.__qualname__
+  return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _parse_records(blob: bytes) -> list:
@@ -343,13 +414,16 @@ def _claim_folder(path: Path) -> tuple:
   """`(manifest or None, names in the journal of an interrupted save)` of folder `path`.
 
   Writes nothing. Refuses a folder that holds files but neither an index nor the journal of
-  one, since saving there could overwrite or delete files the index did not write."""
+  one, since saving there could overwrite or delete files the index did not write (the lock
+  file and the temp file of a journal being written are a save's own: another save may be
+  starting there)."""
   if not path.is_dir():
     return None, []
-  old = _read_manifest(path) if (path / MANIFEST).exists() else None
+  old = _read_manifest(path, _manifest_bytes(path)) if (path / MANIFEST).exists() else None
   pending = _read_pending(path) if (path / PENDING).exists() else []
   if old is None and not (path / PENDING).exists():
-    others = sorted(f.name for f in path.iterdir())
+    others = sorted(f.name for f in path.iterdir()
+                    if f.name != LOCK and not is_tmp_of(f.name, PENDING))
     if others:
       shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
       raise ValueError(f"`path` {str(path)!r} holds files ({shown}) but no jaxsel index "
@@ -394,9 +468,30 @@ def _remove_leftovers(path: Path, current: list, pending: list) -> None:
       f.unlink(missing_ok=True)
 
 
-def _read_manifest(path: Path) -> dict:
+def _manifest_bytes(path: Path) -> bytes:
+  return (path / MANIFEST).read_bytes()
+
+
+def _read_generation(path: Path, man: dict) -> dict:
+  """The bytes of the files manifest `man` names, `{"vectors": ..., "records": ...}`; a
+  ValueError names a missing file or one that does not match its checksum."""
+  blobs = {}
+  for key in ("vectors", "records"):
+    try:
+      blobs[key] = (path / man[key]).read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+      raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} named in {MANIFEST} is "
+                       "missing.") from None
+    if hashlib.sha256(blobs[key]).hexdigest() != man["sha256"].get(man[key]):
+      raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} does not match its checksum "
+                       f"in {MANIFEST} (truncated or modified); rebuild the index.")
+  return blobs
+
+
+def _read_manifest(path: Path, raw: bytes) -> dict:
+  """The manifest of the index at `path`, parsed from its bytes `raw` and checked."""
   try:
-    man = json.loads((path / MANIFEST).read_text("utf-8"))
+    man = json.loads(raw.decode("utf-8"))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ValueError(f"Corrupt index {str(path)!r}: {MANIFEST} is not valid JSON ({e}).") from None
   if not isinstance(man, dict) or man.get("format") != FORMAT:

@@ -1,11 +1,16 @@
-"""Crash-safe file writes shared by the index and the agent's checkpoints."""
+"""Crash-safe file writes shared by the index and the agent's checkpoints, and the lock that
+serialises writers of one folder."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import io
 import os
-import tempfile
+import secrets
+import time
 
 import numpy as np
 
@@ -25,6 +30,20 @@ def is_tmp_of(name: str, target: str) -> bool:
           and len(name) > len(TMP_PREFIX) + len(suffix))
 
 
+def _create_tmp(folder: str, target: str) -> tuple:
+  """Creates a new, empty temporary file for `target` in `folder`: `(fd, path)`.
+
+  Opened like `open(..., "xb")`, mode 0o666 less the umask, not like `tempfile.mkstemp`
+  (always 0o600), so the file `atomic_write` leaves has the permissions any other output of
+  the process gets."""
+  while True:
+    tmp = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(6)}-{_tail(target)}")
+    try:
+      return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+    except FileExistsError:
+      continue
+
+
 def atomic_write(path, data: bytes) -> None:
   """Writes `data` to `path` so that readers see either the old file or all of the new one.
 
@@ -32,10 +51,11 @@ def atomic_write(path, data: bytes) -> None:
   `path` with one `os.replace`; the folder is then synced so the rename itself is durable.
   A failure leaves `path` untouched and removes the temporary file. The temporary file is
   named `.tmp-<random>-<name of path>` (see `is_tmp_of`), so a process killed mid-write leaves a
-  file whose owner can tell whose it is (the vector index cleans only the ones it can name)."""
+  file whose owner can tell whose it is (the vector index cleans only the ones it can name).
+  The file gets mode 0o666 less the umask, as `open(path, "wb")` gives a new file."""
   path = os.fspath(path)
   folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX, suffix="-" + _tail(path))
+  fd, tmp = _create_tmp(folder, path)
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(data)
@@ -72,3 +92,38 @@ def file_sha256(path) -> str:
     for block in iter(lambda: f.read(1 << 20), b""):
       h.update(block)
   return h.hexdigest()
+
+
+@contextlib.contextmanager
+def folder_lock(folder, name: str, *, timeout: float, shared: bool = False):
+  """Holds an OS file lock (`fcntl.flock`) on the file `name` inside `folder` for the block.
+
+  Exclusive by default: one holder at a time across processes (and across open files of one
+  process); `shared=True` admits any number of shared holders but no exclusive one. The lock
+  file is created when missing (0o666 less the umask) and never deleted (deleting it could let
+  two holders lock two different files); the lock goes when the block ends or the process
+  dies. Waits up to `timeout` seconds, then raises `TimeoutError` naming the lock file."""
+  lock_path = os.path.join(os.fspath(folder), name)
+  fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+  try:
+    how = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+      try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+        break
+      except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+          raise
+      left = deadline - time.monotonic()
+      if left <= 0:
+        raise TimeoutError(
+            f"{lock_path!r} is still locked by another process after {timeout:g} s (another "
+            "save into this folder is running or hung); wait for it to finish, or check which "
+            f"process holds it (e.g. `fuser {lock_path}`).")
+      time.sleep(min(delay, left))
+      delay = min(delay * 2, 0.1)
+    yield lock_path
+  finally:
+    os.close(fd)  # closing the only descriptor of the open file releases the lock
