@@ -5,6 +5,8 @@ import contextlib
 import http.server
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import zlib
@@ -69,10 +71,18 @@ class _ChatServer(http.server.ThreadingHTTPServer):
   block_on_close = False
 
 
+TRICKLE_SECONDS = 0.01  # between two bytes of a trickled reply
+
+
 class _ChatHandler(http.server.BaseHTTPRequestHandler):
-  """Chat completions at /<behaviour>/v1/chat/completions (ok: echoes the last message; fixed:
-  "stub answer"; fail: HTTP 500; slow: answers after 1 s; garbage: not JSON; empty: no
-  choices); every request is recorded on the server."""
+  """Chat completions at /<behaviour>/v1/chat/completions; every request is recorded on the
+  server. Behaviours: ok: echoes the last message; fixed: "stub answer"; fail: HTTP 500;
+  slow: answers after 1 s; garbage: not JSON; empty: no choices. Broken transports (what
+  proxies, crashed or foreign servers do): trickle: the fixed answer's body one byte every
+  `TRICKLE_SECONDS` (a whole reply takes seconds, and no single read waits long);
+  trickle_head: the status line and headers trickled too; hangup: closes the connection
+  without a reply; banner: a non-HTTP banner, then closes; truncated: a body shorter than its
+  Content-Length; reset: resets the connection (TCP RST) instead of answering."""
 
   def log_message(self, *args):
     pass
@@ -89,12 +99,48 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
       return self._send(200, b"<html>not json</html>")
     if behaviour == "empty":
       return self._send(200, b'{"choices": []}')
-    answer = ("  stub answer\n" if behaviour == "fixed"
+    if behaviour == "hangup":
+      self.close_connection = True
+      return None
+    if behaviour == "banner":
+      self.close_connection = True
+      return self._raw(b"SSH-2.0-OpenSSH_9.6\r\n")
+    if behaviour == "reset":
+      self.close_connection = True
+      self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+      self.connection.close()  # with a zero linger time: a reset, not an orderly close
+      return None
+    answer = ("  stub answer\n" if behaviour in ("fixed", "trickle", "trickle_head", "truncated")
               else "  echo: " + body["messages"][-1]["content"] + "\n")
     reply = {"id": "x", "object": "chat.completion", "model": body["model"],
              "choices": [{"index": 0, "finish_reason": "stop",
                           "message": {"role": "assistant", "content": answer}}]}
-    self._send(200, json.dumps(reply).encode())
+    payload = json.dumps(reply).encode()
+    if behaviour == "truncated":
+      self.close_connection = True
+      return self._raw(self._head(200, len(payload)) + payload[:20])
+    if behaviour in ("trickle", "trickle_head"):
+      head = self._head(200, len(payload))
+      if behaviour == "trickle":
+        self._raw(head)
+        return self._raw(payload, trickle=True)
+      return self._raw(head + payload, trickle=True)
+    self._send(200, payload)
+
+  @staticmethod
+  def _head(code, length) -> bytes:
+    return (f"HTTP/1.1 {code} OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+  def _raw(self, data, trickle=False):
+    try:
+      if not trickle:
+        return self.wfile.write(data)
+      for i in range(len(data)):
+        self.wfile.write(data[i:i + 1])
+        time.sleep(TRICKLE_SECONDS)
+    except OSError:
+      self.close_connection = True  # the client gave up (the timeout tests)
 
   def _send(self, code, payload):
     try:

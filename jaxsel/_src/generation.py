@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import http.client
 import importlib.util
 import json
 import math
 import os
 import pathlib
 import socket
+import threading
 import urllib.error
 import urllib.request
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
@@ -301,8 +303,108 @@ def default_generator(**settings) -> TransformersGenerator:
 
 
 class EndpointError(RuntimeError):
-  """An OpenAI-compatible endpoint failed: HTTP error, no answer in time, or a malformed reply.
-  The message names the URL."""
+  """An OpenAI-compatible endpoint failed: HTTP error, no answer in time, a broken connection
+  or a malformed reply. The message names the URL."""
+
+
+class _Deadline:
+  """Ends one request when its time is up: at the deadline it shuts down the socket of every
+  connection the request opened, so a read blocked on a server that sends a byte now and then
+  (which a per-read socket timeout never ends) returns at once. `expired` tells the caller."""
+
+  def __init__(self, seconds: float):
+    self.expired = False
+    self._sockets = []
+    self._lock = threading.Lock()
+    self._timer = threading.Timer(seconds, self._expire)
+    self._timer.daemon = True
+
+  def __enter__(self):
+    self._timer.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._timer.cancel()
+
+  def watch(self, sock) -> None:
+    """Called by a connection once it is connected. The socket object itself is kept: urllib
+    drops the connection's reference to it once the headers are read, the reply reads on."""
+    with self._lock:
+      self._sockets.append(sock)
+      if self.expired:
+        _shut(sock)
+
+  def _expire(self) -> None:
+    with self._lock:
+      self.expired = True
+      for sock in self._sockets:
+        _shut(sock)
+
+
+def _shut(sock) -> None:
+  try:  # the plain socket's shutdown, also under a TLS socket: ends a blocked read
+    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+  except OSError:
+    pass
+
+
+class _Watched:
+  """Mixin for `http.client` connections: hands the connected socket to a `_Deadline`."""
+
+  def __init__(self, *args, deadline: _Deadline, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._deadline = deadline
+
+  def connect(self):
+    super().connect()
+    self._deadline.watch(self.sock)
+
+
+class _WatchedHTTP(_Watched, http.client.HTTPConnection):
+  pass
+
+
+class _WatchedHTTPS(_Watched, http.client.HTTPSConnection):
+  pass
+
+
+class _DeadlineHandler:
+  """Mixin for urllib's HTTP(S) handlers: their connections report to `deadline` (proxies, TLS
+  settings and redirects stay urllib's)."""
+
+  def __init__(self, deadline: _Deadline):
+    super().__init__()
+    self.deadline = deadline
+
+  def do_open(self, http_class, req, **kwargs):
+    watched = _WatchedHTTPS if issubclass(http_class, http.client.HTTPSConnection) else _WatchedHTTP
+    return super().do_open(watched, req, deadline=self.deadline, **kwargs)
+
+
+class _HTTPHandler(_DeadlineHandler, urllib.request.HTTPHandler):
+  pass
+
+
+class _HTTPSHandler(_DeadlineHandler, urllib.request.HTTPSHandler):
+  pass
+
+
+def _transport_failure(e: BaseException) -> str:
+  """What went wrong on the wire, in words, for an error message."""
+  if isinstance(e, urllib.error.URLError):
+    return f"{e.reason}; is the server running at that address?"
+  if isinstance(e, http.client.RemoteDisconnected):
+    what = "the server closed the connection without a reply"
+  elif isinstance(e, http.client.IncompleteRead):
+    what = (f"the reply ended early ({len(e.partial)} bytes read"
+            + (f", {e.expected} more expected)" if e.expected is not None else ")"))
+  elif isinstance(e, http.client.BadStatusLine):
+    what = f"the reply is not HTTP (it began {e.line!r:.80})"
+  elif isinstance(e, ConnectionResetError):
+    what = "the server reset the connection"
+  else:
+    what = f"{type(e).__name__}: {e}"
+  return f"{what}; is it an OpenAI-compatible server, and is it healthy?"
 
 
 class OpenAIGenerator:
@@ -319,7 +421,8 @@ class OpenAIGenerator:
     model: the model name the server expects.
     api_key: sent as `Authorization: Bearer <api_key>`; None sends no such header (local
       servers need none; for a hosted API pass e.g. os.environ["OPENAI_API_KEY"]).
-    timeout: seconds to wait for the connection and for each read of the reply.
+    timeout: seconds one request may take in all, from connecting to the last byte of the
+      reply (an overall deadline, so a server that trickles bytes cannot hold it longer).
     temperature: 0 (the default) asks for greedy decoding.
     system: an optional system message.
     max_workers: requests in flight at once (a thread pool when more than 1).
@@ -386,24 +489,32 @@ class OpenAIGenerator:
     if self.api_key is not None:
       headers["Authorization"] = f"Bearer {self.api_key}"
     request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+    deadline = _Deadline(self.timeout)
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
     try:
-      with urllib.request.urlopen(request, timeout=self.timeout) as response:
+      with deadline, opener.open(request, timeout=self.timeout) as response:
         raw = response.read()
     except urllib.error.HTTPError as e:
-      detail = e.read(500).decode("utf-8", "replace").strip()
+      try:
+        detail = e.read(500).decode("utf-8", "replace").strip()
+      except (http.client.HTTPException, OSError):
+        detail = ""
       raise EndpointError(f"POST {self.url} failed: HTTP {e.code} {e.reason}"
                           + (f": {detail}" if detail else "")) from e
-    except (TimeoutError, socket.timeout) as e:
-      raise self._timeout(e) from e
-    except urllib.error.URLError as e:
-      if isinstance(e.reason, (TimeoutError, socket.timeout)):
-        raise self._timeout(e) from e
-      raise EndpointError(f"POST {self.url} failed: {e.reason}; is the server running at "
-                          "that address?") from e
+    except (http.client.HTTPException, OSError) as e:  # every way the transport can fail
+      timed_out = isinstance(e, (TimeoutError, socket.timeout)) or isinstance(
+          getattr(e, "reason", None), (TimeoutError, socket.timeout))
+      if deadline.expired or timed_out:
+        raise self._timeout(None if deadline.expired else e) from e
+      raise EndpointError(f"POST {self.url} failed: {_transport_failure(e)}") from e
+    if deadline.expired:  # the socket was shut mid-reply: what was read is not the reply
+      raise self._timeout(None)
     return self._answer(raw)
 
-  def _timeout(self, e: BaseException) -> EndpointError:
-    return EndpointError(f"POST {self.url}: no answer within timeout={self.timeout} s ({e}); "
+  def _timeout(self, e: Optional[BaseException]) -> EndpointError:
+    """`e`: the socket's own timeout, or None when the overall deadline ended the request."""
+    why = f" ({e})" if e is not None else " (the whole request, connecting to the last byte)"
+    return EndpointError(f"POST {self.url}: no answer within timeout={self.timeout} s{why}; "
                          "raise `timeout` or check the server.")
 
   def _answer(self, raw: bytes) -> str:

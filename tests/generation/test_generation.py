@@ -284,6 +284,41 @@ def test_openai_errors_name_the_url(stub, behaviour, match):
     client.generate(["Q"])
 
 
+@pytest.mark.parametrize("behaviour,match", [
+    ("hangup", r"closed the connection without a reply"),
+    ("banner", r"the reply is not HTTP \(it began 'SSH-2\.0"),
+    ("truncated", r"the reply ended early \(20 bytes read, \d+ more expected\)"),
+    ("reset", r"reset the connection"),
+])
+def test_openai_broken_transports_are_endpoint_errors(stub, behaviour, match):
+  """A server that hangs up, answers with a non-HTTP banner, cuts its reply short or resets
+  the connection raised raw `http.client` / socket errors, which code catching EndpointError
+  (and the CLI) missed."""
+  _, root = stub
+  client = gen.OpenAIGenerator(f"{root}/{behaviour}/v1", "m", timeout=5)
+  with pytest.raises(gen.EndpointError, match=rf"POST {root}/{behaviour}/v1/chat/completions "
+                     rf"failed: .*{match}"):
+    client.generate(["Q"])
+  with pytest.raises(gen.EndpointError, match=f"/{behaviour}/v1/chat/completions"):
+    gen.OpenAIGenerator(f"{root}/{behaviour}/v1", "m", max_workers=2).generate(["Q1", "Q2"])
+
+
+@pytest.mark.parametrize("behaviour", ["trickle", "trickle_head"])
+def test_openai_timeout_is_an_overall_deadline(stub, behaviour):
+  """A server trickling its reply a byte at a time never lets a per-read timeout fire (the
+  old client waited for the whole trickle, however long); `timeout` bounds the whole request."""
+  _, root = stub
+  client = gen.OpenAIGenerator(f"{root}/{behaviour}/v1", "m", timeout=0.6)
+  t0 = time.perf_counter()
+  with pytest.raises(gen.EndpointError, match=rf"/{behaviour}/v1/chat/completions: no answer "
+                     r"within timeout=0\.6 s \(the whole request"):
+    client.generate(["Q"])
+  assert 0.55 < time.perf_counter() - t0 < 2.0
+  # With time enough, the same trickle is a good answer (the deadline cut nothing short).
+  ok = gen.OpenAIGenerator(f"{root}/{behaviour}/v1", "m", timeout=60)
+  assert ok.generate(["Q"]) == ["stub answer"]
+
+
 def test_openai_server_down():
   import socket
   with socket.socket() as s:
