@@ -18,7 +18,8 @@ import importlib as _importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-  from jaxsel._src.types import NO_ITEM, Encoder, Objective, Scorer, SearchResult, Selection
+  from jaxsel._src.base import (NO_ITEM, Configurator, Encoder, Generator, Objective, Scorer,
+                                SearchResult, Selection)
   from jaxsel._src.numerics import cosine_similarity, nonnegative
   from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
   from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
   from jaxsel._src.pipeline.config import PipelineConfig
   from jaxsel._src.pipeline.selection import Pipeline, available_methods, available_scorers
   from jaxsel._src.pipeline.result import Answer, SelectionResult
-  from jaxsel._src.generation import (EndpointError, Generator, OpenAIGenerator,
+  from jaxsel._src.generation import (EndpointError, OpenAIGenerator,
                                       TransformersGenerator, load_generator)
   from jaxsel._src.answer_metrics import answer_scores
   from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
@@ -55,6 +56,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     # contracts and results
+    "Configurator",
     "Encoder",
     "NO_ITEM",
     "Objective",

@@ -29,8 +29,8 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, pytree
+from jaxsel._src.base import NO_ITEM, SearchResult
 from jaxsel._src.search import check_inputs, checked, empty_order, score_all, scorer_value
-from jaxsel._src.types import NO_ITEM, SearchResult
 
 Array = jax.Array
 

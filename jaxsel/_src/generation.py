@@ -30,24 +30,9 @@ import urllib.request
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from jaxsel._src import checks
+from jaxsel._src.base import Generator
 from jaxsel._src.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, SMOLLM2_FILE,
                                   SMOLLM2_MODULE, SMOLLM2_NAME)
-
-
-@runtime_checkable
-class Generator(Protocol):
-  """Prompts in, one answer each out.
-
-  `name` says which model answers (for logs and result tables). `generate` returns
-  `len(prompts)` strings in the order of `prompts`, each stripped of surrounding whitespace,
-  using at most `max_new_tokens` new tokens per answer.
-  """
-
-  name: str
-
-  def generate(self, prompts: Sequence[str], *,
-               max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[str]:
-    ...
 
 
 def _check_prompts(prompts) -> list:

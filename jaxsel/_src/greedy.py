@@ -20,8 +20,8 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, native, numerics
+from jaxsel._src.base import NO_ITEM, KernelObjective, Objective, Selection, with_backend
 from jaxsel._src.objectives.rows import GATHER_MIN_N
-from jaxsel._src.types import NO_ITEM, Objective, Selection
 
 Array = jax.Array
 
@@ -128,7 +128,7 @@ def _default_block(n: int) -> int:
 
 def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
   n = obj.num_candidates
-  if method in ("dense", "lazy"):
+  if method in ("dense", "lazy") and isinstance(obj, KernelObjective):
     fused = obj.fused_greedy(costs, budget, min_gain, k=k, lazy=method == "lazy", ratio=ratio)
     if fused is not None:
       return fused
@@ -323,7 +323,7 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
   if block is not None and (not isinstance(block, int) or not 1 <= block <= max(n, 1)):
     raise ValueError(f"`block` must be an int in [1, N={n}], got {block!r}.")
   if backend is not None:
-    objective = objective.with_backend(native.check_backend(backend))
+    objective = with_backend(objective, native.check_backend(backend))
   sample = max(1, min(n, math.ceil(n / max(k, 1) * math.log(1 / epsilon))))
   return _greedy(objective, costs, budget, min_gain, key, k=k, method=method,
                  block=block, sample=sample, use_key=key is not None)

@@ -55,9 +55,9 @@ from jax import lax
 
 from jaxsel._src import checks, numerics, pytree
 from jaxsel._src import tree as tree_lib
+from jaxsel._src.base import NO_ITEM, SearchResult
 from jaxsel._src.scorers.base import append_gains_of, num_candidates_of
 from jaxsel._src.tree import Tree
-from jaxsel._src.types import NO_ITEM, SearchResult
 
 Array = jax.Array
 

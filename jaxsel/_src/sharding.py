@@ -38,9 +38,9 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from jaxsel._src import checks
 from jaxsel._src import pytree
+from jaxsel._src.base import Objective, SearchResult, Selection, with_backend
 from jaxsel._src.greedy import greedy
 from jaxsel._src.search import checked, corag_search
-from jaxsel._src.types import Objective, SearchResult, Selection
 
 Array = jax.Array
 AxisNames = Union[str, Sequence[str], None]
@@ -318,7 +318,10 @@ class _CandidateShard(Objective):
     raise NotImplementedError("Evaluate `value` on the whole objective, not on a device's view.")
 
   def with_backend(self, backend: str):
-    return self.replace(local=self.local.with_backend(backend))
+    return self.replace(local=with_backend(self.local, backend))
+
+  def fused_greedy(self, costs, budget, min_gain, *, k, lazy, ratio):
+    return None  # a device holds only its candidates: greedy's own loop, with collectives
 
 
 def _candidate_specs(obj, axes):

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxsel._src import pytree
-from jaxsel._src.types import NO_ITEM
+from jaxsel._src.base import NO_ITEM
 
 Array = jax.Array
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import transformers
 
-from jaxsel._src.types import BACKENDS
+from jaxsel._src.base import BACKENDS
 
 BERT_TYPES = ("bert",)
 ROBERTA_TYPES = ("xlm-roberta", "roberta", "camembert")

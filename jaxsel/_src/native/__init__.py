@@ -33,7 +33,7 @@ from typing import Optional
 
 import jax
 
-from jaxsel._src.types import BACKENDS
+from jaxsel._src.base import BACKENDS
 
 log = logging.getLogger("jaxsel")
 

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxsel._src import checks
+from jaxsel._src.base import Objective
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG, NEGATIVE_FIX, l2_normalize
-from jaxsel._src.types import Objective
 
 Array = jax.Array
 

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsel._src import native
+from jaxsel._src.base import Selection
 from jaxsel._src.objectives import rows
-from jaxsel._src.types import Selection
 
 Array = jax.Array
 

@@ -2,7 +2,7 @@
 
 Shape legend: Q queries, N candidates (= items to cover), M a block of candidates.
 
-Every objective implements `jaxsel.Objective` (`jaxsel._src.types`) as a frozen pytree whose
+Every objective implements `jaxsel.Objective` (`jaxsel._src.base`) as a frozen pytree whose
 array fields are leaves, so a whole objective passes through `jax.jit` and `jax.vmap` (a batch
 of objectives is the same class with a leading axis on every leaf). The interface mirrors
 optax's `(init, update)` pairs:
@@ -16,7 +16,8 @@ optax's `(init, update)` pairs:
 The similarity is stored candidate-major (`sim_t[j, i] = s_ij`), so a candidate's gain reads
 one contiguous row. On the CPU the gains, and whole greedy runs (`fused_greedy`), go to the
 native kernels where `backend` allows (their wrapper: `cover_kernel`); the arithmetic is
-`rows` either way.
+`rows` either way. `with_backend` and `fused_greedy` are the kernel hooks of
+`base.KernelObjective`, which `greedy` tests for (the kNN objectives have none).
 
 Similarities must be non-negative: with negative entries these functions are neither
 monotone nor submodular. Use `nonnegative` (or `cosine_similarity`, which clips by default).
@@ -31,9 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsel._src import checks, native, pytree
+from jaxsel._src.base import Objective, Selection
 from jaxsel._src.numerics import NEGATIVE_FIX
 from jaxsel._src.objectives import cover_kernel, rows
-from jaxsel._src.types import Objective, Selection
 
 Array = jax.Array
 

@@ -13,8 +13,8 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsel._src.base import Selection
 from jaxsel._src.greedy import saturation_point
-from jaxsel._src.types import Selection
 
 DEFAULT_TEMPLATE = (
     "Answer the question using only the context below.\n\n"

@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxsel._src import methods
 from jaxsel._src import text as text_lib
+from jaxsel._src.base import Configurator, Encoder
 from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, Generator, default_generator
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG
@@ -39,7 +40,6 @@ from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
 from jaxsel._src.pipeline.result import Answer, SelectionResult
 from jaxsel._src.checks import check_texts
 from jaxsel._src.search import raise_if_nonfinite
-from jaxsel._src.types import Configurator, Encoder
 
 
 def available_methods() -> tuple:

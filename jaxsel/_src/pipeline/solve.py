@@ -22,10 +22,10 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import methods
+from jaxsel._src.base import NO_ITEM
 from jaxsel._src.baselines import mmr, naive_rag
 from jaxsel._src.greedy import greedy
 from jaxsel._src.search import corag_search
-from jaxsel._src.types import NO_ITEM
 
 Array = jax.Array
 

@@ -28,9 +28,9 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import bridge, checks, pytree
+from jaxsel._src.base import Objective
 from jaxsel._src.scorers.base import (Composable, check_discount, check_n, discount_at,
                                       discounts, safe_order)
-from jaxsel._src.types import Objective
 
 Array = jax.Array
 

@@ -1,10 +1,13 @@
-"""The contracts between jaxsel's layers, written down: what an objective, a scorer and an
-encoder must provide, the results they produce, and the one sentinel for "no item".
+"""The contracts between jaxsel's layers, in one module (as optax's and mctx's `base.py`):
+what an objective, a scorer, an encoder, a generator and a configurator must provide, the
+optional kernel hooks of an objective, the results they produce, and the one sentinel for
+"no item". It imports nothing of jaxsel, so every layer may import it.
 
 Shape legend: N candidates, K picks, T positions of an order, D embedding dimension.
 
 The Protocol classes are what the algorithms are written against: `greedy` calls only the
-`Objective` members, the search only calls a scorer, the Pipeline only the `Encoder` members.
+`Objective` members (and `KernelObjective`'s where an objective has them), the search only
+calls a scorer, the Pipeline only the `Encoder`, `Generator` and `Configurator` members.
 `tests/contracts/` runs the same assertions against every real class and every test double,
 so a stand-in can no longer implement a different contract than the real thing.
 """
@@ -49,8 +52,8 @@ class Objective(Protocol):
   Every jaxsel objective is a frozen pytree (array fields are leaves), so it passes through
   `jit` and `vmap`; a batch is the same class with a leading axis on every leaf.
 
-  Subclass it to write your own objective: the two optional members below then have their
-  defaults (no kernel, no backend).
+  Subclass it to write your own objective. Kernels are not part of this contract: an
+  objective that has its own also implements `KernelObjective`, which `greedy` tests for.
   """
 
   valid: Array  # [N] bool: candidates that may be picked (and items that count)
@@ -78,16 +81,27 @@ class Objective(Protocol):
   def value(self, selected: Array) -> Array:
     """`f` of any bool mask `[N]` (invalid candidates ignored), `[]`."""
 
-  def with_backend(self, backend: str) -> "Objective":
+
+@runtime_checkable
+class KernelObjective(Protocol):
+  """Optional, beside `Objective`: an objective with its own kernels (the dense and
+  matrix-free objectives: the native CPU gains and fused greedy runs). `greedy` tests for it
+  (`isinstance`) and otherwise runs its own loop on the `Objective` members alone."""
+
+  def with_backend(self, backend: str) -> Objective:
     """The objective with its gain computations on `backend` (one of `BACKENDS`)."""
-    return self
 
   def fused_greedy(self, costs: Optional[Array], budget: Optional[Array],
                    min_gain: Optional[Array], *, k: int, lazy: bool,
                    ratio: bool) -> Optional[Selection]:
-    """A whole greedy run in one fused kernel, or None where there is none (the default):
-    `greedy` then runs its own loop over `gains` / `update`. Same rules and picks as that loop."""
-    return None
+    """A whole greedy run in one fused kernel, or None where there is none: `greedy` then
+    runs its own loop over `gains` / `update`. Same rules and picks as that loop."""
+
+
+def with_backend(objective: Objective, backend: str) -> Objective:
+  """`objective` with its kernels on `backend` where it has any (`KernelObjective`), else
+  `objective` itself."""
+  return objective.with_backend(backend) if isinstance(objective, KernelObjective) else objective
 
 
 @runtime_checkable
@@ -121,6 +135,22 @@ class Encoder(Protocol):
              progress: Optional[bool] = None) -> Array:
     """`[N, D]` embeddings of `texts`, each prefixed with `prompts[prompt_name]` (no prefix
     for None); L2-normalised when `normalize`."""
+
+
+@runtime_checkable
+class Generator(Protocol):
+  """Prompts in, one answer each out.
+
+  `name` says which model answers (for logs and result tables). `generate` returns
+  `len(prompts)` strings in the order of `prompts`, each stripped of surrounding whitespace,
+  using at most `max_new_tokens` new tokens per answer (jaxsel's generators default to
+  `generation.DEFAULT_MAX_NEW_TOKENS`).
+  """
+
+  name: str
+
+  def generate(self, prompts: Sequence[str], *, max_new_tokens: int) -> list[str]:
+    ...
 
 
 @runtime_checkable
