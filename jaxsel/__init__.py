@@ -48,7 +48,9 @@ if TYPE_CHECKING:
   from jaxsel._src.generation import (EndpointError, OpenAIGenerator,
                                       TransformersGenerator, load_generator)
   from jaxsel._src.answer_metrics import answer_scores
-  from jaxsel._src.agent.model import AgentConfig, ConfigAgent, SearchChoice, load_agent, save_agent
+  from jaxsel._src.agent.config import AgentConfig, SearchChoice
+  from jaxsel._src.agent.model import ConfigAgent
+  from jaxsel._src.agent.params import load_agent, save_agent
   from jaxsel._src.agent.train import TrainConfig, train_agent
   from jaxsel import testing
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jaxsel._src.agent.model import (
-    SETTINGS, AgentBatch, AgentConfig, LossWeights, SearchChoice, agent_loss, agent_params,
-    contrastive_loss, denormalize_settings, forward, load_agent, new_agent, normalize_settings,
-    save_agent)
+from jaxsel._src.agent.config import (SETTINGS, AgentConfig, SearchChoice, denormalize_settings,
+                                      normalize_settings)
+from jaxsel._src.agent.loss import AgentBatch, LossWeights, agent_loss, contrastive_loss
+from jaxsel._src.agent.model import AgentOutput, forward, new_agent
+from jaxsel._src.agent.params import agent_params, load_agent, save_agent
 from jaxsel._src.agent.train import (
     TrainConfig, best_epoch, agent_metrics, epoch_batches, make_dataset, split_dataset, train_agent)
 
@@ -99,7 +100,6 @@ def test_combined_loss_parts_match_numpy():
   y = rng.integers(0, s, b)
   target = rng.random((b, 3)).astype(np.float32)
   w = np.array([1, 1, 1, 1, 0, 0], np.float32)
-  from jaxsel._src.agent.model import AgentOutput
   out = AgentOutput(jnp.asarray(feats), jnp.asarray(logits), jnp.asarray(pred))
   batch = AgentBatch(jnp.zeros((b, 2)), jnp.asarray(y), jnp.asarray(target), jnp.asarray(w))
   parts = jax.jit(agent_loss, static_argnums=2)(out, batch, LossWeights(alpha=0.5, beta=2.0, gamma=3.0))

@@ -30,10 +30,10 @@ def test_late_chunking_max_tokens_beyond_the_window_fails_when_built():
   promises bad settings fail when the Pipeline is built (and when `replace` makes one)."""
   enc = tiny_encoder(tiny_bert_config(max_position_embeddings=64, hidden_size=32))
   capacity = enc.max_length - 2  # [CLS] and [SEP]; the tiny encoder's prompts are empty
-  assert enc.chunk_capacity(prompt_name="passage") == capacity
   match = rf"`max_tokens` {capacity + 1} is longer than late chunking can embed.*{capacity} text tokens"
   with pytest.raises(ValueError, match=match):
     jaxsel.Pipeline(enc, late_chunking=True, max_tokens=capacity + 1)
+  assert enc.chunk_capacity(prompt_name="passage") == capacity
   with pytest.raises(ValueError, match=match):
     jaxsel.Pipeline(enc, max_tokens=capacity + 1).replace(late_chunking=True)
   with pytest.raises(ValueError, match=match):

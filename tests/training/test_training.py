@@ -12,7 +12,7 @@ from doubles import HashEncoder
 from training import evaluation
 from training import labels
 from training import qa
-from jaxsel._src.agent.model import load_agent
+from jaxsel._src.agent.params import load_agent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = os.path.join(ROOT, "tests", "data", "hotpotqa_sample.jsonl")

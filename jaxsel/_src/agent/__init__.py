@@ -1,2 +1,5 @@
-"""The configuration agent: `model` (the Siamese MLP, its loss, saving and loading), `train`
-(the optax training loop with resumable orbax checkpoints) and `features` (what it reads)."""
+"""The configuration agent, split the way gemma splits a model: `config` (the frozen
+`AgentConfig`, the settings' encoding, the decoded `SearchChoice`), `model` (the Siamese MLP,
+`ConfigAgent`, a `jaxsel.Configurator`), `loss` (contrastive + cross-entropy + squared error),
+`train` (the optax loop with resumable orbax checkpoints), `params` (saving and loading the
+weights, strictly and checksummed) and `features` (what it reads of a request)."""

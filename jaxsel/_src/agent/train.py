@@ -33,10 +33,11 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from tqdm.auto import tqdm
 
+from jaxsel._src.agent.config import SETTINGS, AgentConfig, denormalize_settings, normalize_settings
+from jaxsel._src.agent.loss import AgentBatch, LossWeights, agent_loss
+from jaxsel._src.agent.model import ConfigAgent, check_embeddings, forward, new_agent
+from jaxsel._src.agent.params import agent_params, set_agent_params
 from jaxsel._src.io import atomic_write, file_sha256
-from jaxsel._src.agent.model import (
-    SETTINGS, AgentBatch, AgentConfig, ConfigAgent, LossWeights, agent_loss, agent_params,
-    check_embeddings, denormalize_settings, forward, new_agent, normalize_settings, set_agent_params)
 
 CHECKPOINT_FORMAT = "jaxsel-agent-training/1"
 CHECKSUMS_FILE = "jaxsel_sha256.json"  # in each checkpoint's folder, beside orbax's files
