@@ -182,6 +182,68 @@ def test_select_many_equals_select_one_by_one(enc):
                                   .select(None, d, k=3).indices)
 
 
+def _mixed_stream(enc, method):
+  """Requests of several shape buckets: one or two queries (none for coverage), one or two
+  documents, and candidates given as `Passage`s."""
+  q2 = [QUESTIONS[2]["question_text"], "Alex Ferguson"]
+  reqs = [(Q0, [SMALL]), ("Kansas fight song", [DOC[:700]]), (q2, [DOC[-2500:], DOC[:1000]]),
+          ("Who wrote it?", split(enc, [DOC[3000:4200]], max_tokens=60)),
+          ([QUESTIONS[1]["question_text"]], [DOC[1500:2600]])]
+  if method == "coverage":
+    reqs = [(None, d) for _, d in reqs]
+  return reqs
+
+
+def _same_result(got, one):
+  np.testing.assert_array_equal(got.indices, one.indices)
+  # Float32 sums over padded vs unpadded candidates: errors scale with f, not with a gain.
+  scale = max(float(np.abs(one.curve).max()) if len(one.curve) else 0.0, 1.0)
+  np.testing.assert_allclose(got.gains, one.gains, rtol=1e-5, atol=1e-6 * scale)
+  np.testing.assert_allclose(got.curve, one.curve, rtol=1e-5, atol=1e-6 * scale)
+  if one.scores is None:
+    assert got.scores is None
+  else:
+    np.testing.assert_allclose(got.scores, one.scores, rtol=1e-5, atol=1e-6)
+  assert got.cost == one.cost and got.budget == one.budget and got.candidates == one.candidates
+  assert got.method == one.method and got.queries == one.queries
+
+
+@pytest.mark.parametrize("method", ["facility_location", "saturated_coverage", "coverage", "mmr",
+                                    "naive", "corag"])
+def test_select_many_runs_every_method_batched_and_equals_select(enc, method):
+  """A stream of mixed requests through `select_many` (one `vmap`-ed solve per shape bucket
+  and search choice) picks what `select` picks request by request, for every method."""
+  pipe = Pipeline(enc, method=method, max_tokens=80, iterations=6)
+  requests = _mixed_stream(enc, method)
+  settings = [{"budget": 150}]
+  if method in ("facility_location", "corag"):
+    settings.append({"budget": None, "k": 3})  # no budget: k picks
+  for kw in settings:
+    many = pipe.select_many(requests, **kw)
+    assert len(many) == len(requests)
+    for got, (q, docs) in zip(many, requests):
+      _same_result(got, pipe.select(q, docs, **kw))
+
+
+def test_select_many_with_an_agent_late_chunks_and_a_scorer_builder(enc):
+  """Per-request search choices (a configuration agent) are grouped and batched; late chunks
+  and a custom scorer builder give `select`'s picks too."""
+  agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=32, scorers=("relevance", "bridge", "links"),
+                                                iterations_range=(2, 8), hidden=(16, 8)),
+                             rngs=__import__("flax").nnx.Rngs(3))
+  requests = _mixed_stream(enc, "corag")
+  embed = Pipeline(enc).embed
+  choices = {agent.predict(np.mean(embed(q if isinstance(q, list) else [q], "query"), axis=0)).scorer
+             for q, _ in requests}
+  assert len(choices) >= 2  # the batch holds several search choices
+  builder = lambda req: methods.scorer("bridge", req, discount=1.0)
+  for pipe in (Pipeline(enc, method="corag", agent=agent, max_tokens=80),
+               Pipeline(enc, method="corag", corag_scorer=builder, max_tokens=80, iterations=4),
+               Pipeline(enc, method="facility_location", max_tokens=80, late_chunking=True)):
+    for got, (q, docs) in zip(pipe.select_many(requests, budget=150), requests):
+      _same_result(got, pipe.select(q, docs, budget=150))
+
+
 def test_asymmetric_and_symmetric_prompts():
   enc = tiny(prompts={"query": "search query: ", "passage": "search document: ",
                              "symmetric": "clustering: "})

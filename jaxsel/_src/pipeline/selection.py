@@ -243,19 +243,14 @@ class Pipeline:
 
   def _solve(self, requests: Sequence[_Request], *, k, min_gain, batched: bool) -> list:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
-    `select` pads it, and requests of the same buckets and search choice are solved by one
-    `jax.vmap`-ed call (`batched`); the submodular methods pad a batch to its largest request,
-    which changes no pick."""
+    `select` pads it (padding to a larger size could reorder float sums and so break a near
+    tie differently), and requests of the same buckets and search choice are solved by one
+    `jax.vmap`-ed call (`batched`)."""
     cfg = self.config
-    common = None
-    if batched and cfg.method in methods.SUBMODULAR:
-      common = (solve_lib.bucket(max(len(r.candidates.passages) for r in requests)),
-                solve_lib.query_bucket(max(len(r.queries) for r in requests)))
     groups = collections.defaultdict(list)
     for i, r in enumerate(requests):
-      pads = common or (solve_lib.bucket(len(r.candidates.passages)),
-                        solve_lib.query_bucket(len(r.queries)))
-      groups[pads + (r.scorer, r.iterations, bool(np.isfinite(r.budget)))].append(i)
+      groups[(solve_lib.bucket(len(r.candidates.passages)), solve_lib.query_bucket(len(r.queries)),
+              r.scorer, r.iterations, bool(np.isfinite(r.budget)))].append(i)
     outs = [None] * len(requests)
     for (n_pad, q_pad, *_), rows in groups.items():
       # k is static: bucketed too (the picks are cut to the request's own k afterwards).
