@@ -97,3 +97,45 @@ def optimum(f, n, k, *, valid=None, costs=None, budget=None):
       mask[list(combo)] = True
       best = max(best, f(mask))
   return best
+
+
+def prefix_bound(f, n, k, picks, *, valid=None, costs=None, budget=None):
+  """The online bound at the set `picks` (Leskovec et al. 2007), from its definition:
+  f(S) + the most a feasible set can add to S by the gains w.r.t. S (float64), i.e. the sum of
+  the k largest gains, and with costs the smaller of that and the best fractional knapsack of
+  the gains under `budget` (filled by gain per unit cost, free items first)."""
+  valid = np.ones(n, bool) if valid is None else np.asarray(valid, bool)
+  sel = np.zeros(n, bool)
+  sel[list(picks)] = True
+  cur = f(sel)
+  items = []
+  for j in range(n):
+    if sel[j] or not valid[j] or (costs is not None and costs[j] > budget):
+      continue
+    t = sel.copy()
+    t[j] = True
+    items.append((max(f(t) - cur, 0.0), 0.0 if costs is None else float(costs[j])))
+  top = sum(sorted((g for g, _ in items), reverse=True)[:k])
+  if costs is None:
+    return cur + top
+  room, sack = float(budget), 0.0
+  def ratio(item):
+    g, c = item
+    return g / c if c > 0 else (np.inf if g > 0 else 0.0)
+
+  for g, c in sorted(items, key=ratio, reverse=True):
+    take = 1.0 if c <= room else room / c
+    sack += take * g
+    room -= take * c
+    if room <= 0:
+      break
+  return cur + min(top, sack)
+
+
+def greedy_bound(f, n, k, *, valid=None, costs=None, budget=None, ratio=False):
+  """The least `prefix_bound` over the prefixes whose gains greedy's steps compute: every set
+  before a step (S_0 … S_{k-1}, and the final set where greedy stopped before k picks)."""
+  picks, _, _ = greedy(f, n, k, valid=valid, costs=costs, budget=budget, ratio=ratio)
+  last = len(picks) if len(picks) < k else k - 1
+  return min(prefix_bound(f, n, k, picks[:t], valid=valid, costs=costs, budget=budget)
+             for t in range(last + 1))

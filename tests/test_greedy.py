@@ -263,7 +263,8 @@ def test_shapes_of_one_instance_are_checked_before_tracing():
 
 def test_saturation_point_of_no_picks():
   empty = jaxsel.Selection(indices=jnp.zeros((0,), jnp.int32), gains=jnp.zeros((0,)),
-                           values=jnp.zeros((0,)), count=jnp.zeros((), jnp.int32), cost=jnp.zeros(()))
+                           values=jnp.zeros((0,)), count=jnp.zeros((), jnp.int32), cost=jnp.zeros(()),
+                           bound=jnp.zeros(()), certified=jnp.ones(()))
   assert int(jaxsel.saturation_point(empty)) == 0
   none_taken = jaxsel.greedy(jaxsel.coverage(np.ones((3, 3), np.float32)), k=2, min_gain=1e9)
   assert int(none_taken.count) == 0 and int(jaxsel.saturation_point(none_taken)) == 0

@@ -26,12 +26,18 @@ BACKENDS = ("auto", "native", "xla")
 
 
 class Selection(NamedTuple):
-  """Result of greedy selection. With a batch, every field has a leading `[B]` axis."""
+  """Result of greedy selection. With a batch, every field has a leading `[B]` axis.
+
+  `bound` is a certificate (`jaxsel.greedy` explains it): no set within `k` and the budget
+  has a value above it, so the picks reach at least `certified` of the optimum.
+  """
   indices: Array  # [K] int32 picks in order, NO_ITEM (-1) after the last
   gains: Array  # [K] marginal gain of each pick, 0 after the last
   values: Array  # [K] f after each pick (the saturation curve), flat after the last
   count: Array  # [] int32 number of picks
   cost: Array  # [] total cost of the picks (0 without costs)
+  bound: Array  # [] upper bound on the optimum f(S*) (NaN: none, stochastic greedy)
+  certified: Array  # [] f(picks) / bound in [0, 1] (1 where bound is 0; NaN: no bound)
 
 
 class SearchResult(NamedTuple):

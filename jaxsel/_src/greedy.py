@@ -37,8 +37,11 @@ class _Carry(NamedTuple):
   state: object
   selected: Array  # [N] bool
   bound: Array  # [N] lazy upper bounds of the criterion
+  upper: Array  # [N] upper bounds of the gains (lazy with costs; else unused, `bound`)
   spent: Array
   key: Array
+  value: Array  # [] f of the picks so far
+  best_bound: Array  # [] the certificate so far: the least prefix bound
   sel: Selection
 
 
@@ -58,6 +61,62 @@ def _batched_zero(mask: Array) -> Array:
   return (mask.reshape(-1)[0] & False).astype(jnp.int32)
 
 
+def _knapsack(upper: Array, eligible: Array, costs: Array, budget) -> tuple[Array, Array]:
+  """The best fractional knapsack of the gains `upper` `[N]` (clipped at 0) of the `eligible`
+  `[N]` candidates under `budget`: by gain per unit cost (free ones first), the last item cut
+  to fill the budget. Returns (its value `[]`, the critical ratio `[]`: that of the cut item,
+  0 when everything fits), so the items in it are those with a positive gain and at least
+  that ratio."""
+  u = jnp.where(eligible, jnp.maximum(upper, 0), 0)
+  ratio = _criterion(u, costs, True)
+  order = jnp.argsort(-ratio, stable=True)
+  c = jnp.where(eligible, costs, 0)[order]
+  before = jnp.cumsum(c) - c  # cost of the better-ratio items
+  room = budget - before
+  frac = jnp.where(c > 0, jnp.clip(room / jnp.where(c > 0, c, 1), 0, 1), (room >= 0).astype(c.dtype))
+  cut = eligible[order] & (frac < 1)
+  critical = jnp.where(jnp.any(cut), ratio[order][jnp.argmax(cut)], 0)
+  return jnp.sum(u[order] * frac.astype(u.dtype)), critical
+
+
+def _gain_bound(upper: Array, eligible: Array, costs: Optional[Array], budget, k: int) -> Array:
+  """The most any feasible set T (|T| <= k, cost(T) <= budget) can add to S, from upper bounds
+  `upper` `[N]` of the gains w.r.t. S of the `eligible` `[N]` candidates: the sum of the k
+  largest, and with costs the smaller of that and the best fractional knapsack (`_knapsack`).
+  Both relax constraints the optimum meets (the LP with both is tighter still, and costs a
+  solver), so each bounds `Σ_{j∈T} Δ(j|S)`. Shape `[]`."""
+  u = jnp.where(eligible, jnp.maximum(upper, 0), 0)
+  total = jnp.sum(lax.top_k(u, k)[0]) if k < u.shape[0] else jnp.sum(u)
+  if costs is None:
+    return total
+  return jnp.minimum(total, _knapsack(upper, eligible, costs, budget)[0])
+
+
+def _refresh_knapsack(obj, state, upper, fresh, eligible, costs, budget, block):
+  """Lazy greedy's stale gains in the knapsack of the certificate (`_knapsack`), re-evaluated
+  (`block` at a time, best ratio first) until every item it holds is `fresh` (`[N]` bool):
+  a candidate the spent budget excludes is never re-evaluated by the picks, and its gain from
+  an early step would loosen the bound. A few evaluations a step under a token budget (the
+  knapsack holds few items). Returns (`upper` `[N]` updated, the knapsack's value `[]`)."""
+
+  def stale_of(upper, fresh):
+    sack, critical = _knapsack(upper, eligible, costs, budget)
+    ratio = _criterion(jnp.maximum(upper, 0), costs, True)
+    return eligible & ~fresh & (upper > 0) & (ratio >= critical), ratio, sack
+
+  def body(c):
+    upper, fresh, stale, ratio, _ = c
+    vals, idx = lax.top_k(jnp.where(stale, ratio, -jnp.inf), block)
+    ok = vals > -jnp.inf
+    g = obj.gains(state, idx).astype(upper.dtype)
+    upper = upper.at[idx].set(jnp.where(ok, g, upper[idx]))
+    fresh = fresh.at[idx].set(fresh[idx] | ok)
+    return (upper, fresh, *stale_of(upper, fresh))
+
+  out = lax.while_loop(lambda c: jnp.any(c[2]), body, (upper, fresh, *stale_of(upper, fresh)))
+  return out[0], out[4]
+
+
 def _available(obj, selected, costs, budget, spent):
   avail = obj.valid & ~selected
   if costs is not None:
@@ -65,13 +124,16 @@ def _available(obj, selected, costs, budget, spent):
   return avail
 
 
-def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
+def _lazy_pick(obj, state, avail, bound, upper, costs, ratio, block):
   """Exact lazy step: re-evaluates the highest stale bounds, `block` per round, until no
   unevaluated candidate can beat (or tie with a lower index) the best fresh one.
 
   One `top_k` per window of `_WINDOW_ROUNDS` rounds sorts the stale bounds; the rounds walk
   that sorted window, so a round touches only its block (no pass over all N bounds), and
-  the highest bound not yet evaluated is simply the next entry of the window."""
+  the highest bound not yet evaluated is simply the next entry of the window. `upper` holds
+  the gains as last evaluated (upper bounds of the current ones) where `ratio` makes the
+  criterion differ from the gain; it comes back updated, with the mask `[N]` of the
+  candidates evaluated in this step."""
   n = avail.shape[0]
   neg = jnp.asarray(-jnp.inf, bound.dtype)
   rounds = max(1, min(_WINDOW_ROUNDS, -(-n // block)))
@@ -79,14 +141,14 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
   take = min(width + 1, n)
 
   def window(c):
-    bound, fresh, best, best_j, best_gain, _ = c
+    bound, upper, fresh, best, best_j, best_gain, _ = c
     vals, idx = lax.top_k(jnp.where(avail & ~fresh, bound, neg), take)
     if take < width + 1:  # pad with -inf entries at out-of-range index n (scatters drop them)
       vals = jnp.concatenate([vals, jnp.full((width + 1 - take,), neg)])
       idx = jnp.concatenate([idx, jnp.full((width + 1 - take,), n, idx.dtype)])
 
     def walk(w):
-      r, bound, fresh, best, best_j, best_gain, _ = w
+      r, bound, upper, fresh, best, best_j, best_gain, _ = w
       pos = r * block
       cand = lax.dynamic_slice(idx, (pos,), (block,))
       ok = lax.dynamic_slice(vals, (pos,), (block,)) > neg
@@ -94,6 +156,8 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
       crit = _criterion(g, None if costs is None else costs[jnp.minimum(cand, n - 1)], ratio)
       crit = jnp.where(ok, crit.astype(bound.dtype), neg)
       bound = bound.at[cand].set(jnp.where(ok, crit, bound[cand]), mode="drop")
+      if ratio:
+        upper = upper.at[cand].set(jnp.where(ok, g.astype(upper.dtype), upper[cand]), mode="drop")
       fresh = fresh.at[cand].set(fresh[cand] | ok, mode="drop")
       # The block's best (highest criterion, then lowest index) against the best so far.
       top = jnp.max(crit)
@@ -107,17 +171,18 @@ def _lazy_pick(obj, state, avail, bound, costs, ratio, block):
       nxt = vals[pos + block]
       slack = jnp.where(jnp.isfinite(best), _SLACK * jnp.abs(best), 0)
       blocked = (nxt > neg) & (nxt >= best - slack)
-      return r + 1, bound, fresh, best, best_j, best_gain, ~blocked
+      return r + 1, bound, upper, fresh, best, best_j, best_gain, ~blocked
 
     w = lax.while_loop(lambda w: ~w[-1] & (w[0] < rounds), walk,
-                       (jnp.zeros((), jnp.int32), bound, fresh, best, best_j, best_gain, jnp.zeros((), bool)))
+                       (jnp.zeros((), jnp.int32), bound, upper, fresh, best, best_j, best_gain,
+                        jnp.zeros((), bool)))
     return w[1:]
 
   zero = _batched_zero(avail).astype(bound.dtype)  # not bound[0] * 0: bounds may be inf
-  init = (bound, avail & False, neg + zero, jnp.asarray(n, jnp.int32) + zero.astype(jnp.int32),
+  init = (bound, upper, avail & False, neg + zero, jnp.asarray(n, jnp.int32) + zero.astype(jnp.int32),
           zero, ~jnp.any(avail))
-  bound, _, best, best_j, best_gain, _ = lax.while_loop(lambda c: ~c[-1], window, init)
-  return jnp.where(best_j < n, best_j, 0), best, best_gain, bound
+  bound, upper, fresh, best, best_j, best_gain, _ = lax.while_loop(lambda c: ~c[-1], window, init)
+  return jnp.where(best_j < n, best_j, 0), best, best_gain, bound, upper, fresh
 
 
 def _default_block(n: int) -> int:
@@ -144,28 +209,43 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
   budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
   zero = anchor.astype(jnp.float32)
   bound0 = jnp.full((n,), jnp.inf, dtype) + anchor.astype(dtype)
+  upper0 = bound0
   if method == "lazy" and n:
-    bound0 = _criterion(obj.gains(state0), costs, ratio).astype(dtype)
+    upper0 = obj.gains(state0).astype(dtype)
+    bound0 = _criterion(upper0, costs, ratio).astype(dtype)
+  value0 = obj.state_value(state0).astype(dtype)
+  # The certificate: OPT <= f(S) + the most a feasible set can add to S (`_gain_bound`), for
+  # every prefix S whose gains (or upper bounds of them: the stale bounds of lazy greedy) a
+  # step has; the least over the prefixes. Stochastic greedy has a sample's gains only: none.
+  best0 = value0 if k == 0 or n == 0 else jnp.full((), jnp.inf, dtype) + anchor.astype(dtype)
+  if method == "stochastic":
+    best0 = jnp.full((), jnp.nan, dtype) + anchor.astype(dtype)
   sel0 = Selection(
       indices=jnp.full((k,), NO_ITEM, jnp.int32) + anchor,
       gains=jnp.zeros((k,), dtype) + anchor.astype(dtype),
       values=jnp.zeros((k,), dtype) + anchor.astype(dtype),
       count=anchor,
-      cost=zero)
+      cost=zero,
+      bound=best0,
+      certified=jnp.zeros((), dtype) + anchor.astype(dtype))
   carry = _Carry(anchor, jnp.asarray(k == 0 or n == 0) | (anchor != 0), state0,
-                 jnp.zeros((n,), bool) | (anchor != 0), bound0, zero,
-                 jax.random.key(0) if key is None else key, sel0)
+                 jnp.zeros((n,), bool) | (anchor != 0), bound0, upper0, zero,
+                 jax.random.key(0) if key is None else key, value0, best0, sel0)
+  eligible0 = obj.valid if costs is None else obj.valid & (costs <= budget)  # may be in S*
 
   def body(c: _Carry) -> _Carry:
     avail = _available(obj, c.selected, costs, budget, c.spent)
-    bound, key = c.bound, c.key
+    bound, upper, key, best_bound = c.bound, c.upper, c.key, c.best_bound
     if method == "dense":
       g = obj.gains(c.state)
       crit = jnp.where(avail, _criterion(g, costs, ratio), -jnp.inf)
       j = numerics.first_argmax(crit)
       best, gain = crit[j], g[j]
+      upper = g.astype(dtype)  # every gain, fresh
     elif method == "lazy":
-      j, best, gain, bound = _lazy_pick(obj, c.state, avail, c.bound, costs, ratio, block)
+      j, best, gain, bound, upper, fresh = _lazy_pick(obj, c.state, avail, c.bound, c.upper,
+                                                      costs, ratio, block)
+      upper = upper if ratio else bound
     else:  # stochastic greedy: the best of a random sample of the available candidates
       key, sub = jax.random.split(c.key)
       u = jnp.where(avail, jax.random.uniform(sub, (n,)), 2.0)
@@ -175,6 +255,18 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
       crit = jnp.where(ok, _criterion(g, None if costs is None else costs[idx], ratio), -jnp.inf)
       m = jnp.argmax(crit)
       j, best, gain = idx[m], crit[m], g[m]
+    if method != "stochastic":
+      eligible = eligible0 & ~c.selected
+      adds = _gain_bound(upper, eligible, None, None, k)
+      if costs is not None:
+        if method == "lazy":  # at step 0 every gain is fresh (`upper0`)
+          upper, sack = _refresh_knapsack(obj, c.state, upper, fresh | (c.step == 0), eligible,
+                                          costs, budget, block)
+          adds = _gain_bound(upper, eligible, None, None, k)
+        else:
+          sack, _ = _knapsack(upper, eligible, costs, budget)
+        adds = jnp.minimum(adds, sack)
+      best_bound = jnp.minimum(best_bound, c.value + adds.astype(dtype))
     stop = best == -jnp.inf
     if min_gain is not None:
       stop |= gain < min_gain
@@ -188,9 +280,12 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
         gains=s.gains.at[c.step].set(jnp.where(take, gain, 0).astype(dtype)),
         values=jnp.where(jnp.arange(k) >= c.step, value, s.values).astype(dtype),
         count=s.count + take.astype(jnp.int32),
-        cost=spent)
+        cost=spent,
+        bound=best_bound,
+        certified=s.certified)
     return _Carry(c.step + 1, stop | (c.step + 1 >= k), state,
-                  c.selected.at[j].set(c.selected[j] | take), bound, spent, key, s)
+                  c.selected.at[j].set(c.selected[j] | take), bound, upper, spent, key,
+                  value.astype(dtype), best_bound, s)
 
   if k == 0 or n == 0:  # nothing to pick: empty arrays, count 0
     return sel0
@@ -212,7 +307,9 @@ def _best_single(obj, costs, budget, *, k):
       gains=jnp.where(first, jnp.where(ok, g[j], 0), 0).astype(dtype),
       values=jnp.full((k,), jnp.where(ok, g[j], 0), dtype),
       count=ok.astype(jnp.int32),
-      cost=jnp.where(ok, costs[j], 0).astype(jnp.float32))
+      cost=jnp.where(ok, costs[j], 0).astype(jnp.float32),
+      bound=jnp.full((), jnp.inf, dtype),  # no gains past the first step: no certificate
+      certified=jnp.zeros((), dtype))
 
 
 def _final_value(s: Selection) -> Array:
@@ -220,17 +317,28 @@ def _final_value(s: Selection) -> Array:
 
 
 def _better(a: Selection, b: Selection) -> Selection:
-  """`a` if its final value is at least `b`'s, else `b` (leafwise select)."""
+  """`a` if its final value is at least `b`'s, else `b` (leafwise select); the bound is the
+  lesser of the two, both runs solving the same problem."""
   take_a = _final_value(a) >= _final_value(b)
-  return jax.tree.map(lambda x, y: jnp.where(take_a, x, y), a, b)
+  best = jax.tree.map(lambda x, y: jnp.where(take_a, x, y), a, b)
+  return best._replace(bound=jnp.minimum(a.bound, b.bound))
+
+
+def _certify(s: Selection) -> Selection:
+  """`bound` no lower than f(S) (float rounding could put a tight one a few ulps below: the
+  exact bound is at least OPT >= f(S)) and `certified = f(S) / bound`."""
+  value = s.values[-1] if s.values.shape[-1] else jnp.zeros((), s.bound.dtype)
+  bound = jnp.maximum(s.bound, value.astype(s.bound.dtype))  # NaN (no bound) stays NaN
+  ratio = jnp.where(bound > 0, value / jnp.where(bound > 0, bound, 1), 1)
+  return s._replace(bound=bound, certified=jnp.where(jnp.isnan(bound), jnp.nan, ratio).astype(bound.dtype))
 
 
 @functools.partial(jax.jit, static_argnames=("k", "method", "block", "sample", "use_key"))
 def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_key):
   key = key if use_key else None
   if costs is None or k == 0 or obj.num_candidates == 0:
-    return _run(obj, None, None, min_gain, key, k=k, method=method, ratio=False,
-                block=block, sample=sample)
+    return _certify(_run(obj, None, None, min_gain, key, k=k, method=method, ratio=False,
+                         block=block, sample=sample))
   # Budgeted: cost-benefit greedy, plain-gain greedy and the best single item; the best of
   # the three keeps the (1 - 1/e)/2 guarantee of Khuller, Moss & Naor (1999) / Leskovec
   # et al. (2007), where cost-benefit alone can be arbitrarily bad.
@@ -241,7 +349,7 @@ def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_
   single = _best_single(obj, costs, budget, k=k)
   if min_gain is not None:  # a single item below the threshold is no pick at all
     single = single._replace(count=jnp.where(single.gains[0] >= min_gain, single.count, 0))
-  return _better(best, single)
+  return _certify(_better(best, single))
 
 
 def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=None,
@@ -273,7 +381,17 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
       Both give the same picks.
 
   Returns:
-    `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`.
+    `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`, and a
+    certificate: `bound`, an upper bound on the optimum over all sets within `k` and the
+    budget, and `certified = f(picks) / bound` (the picks reach at least that share of the
+    optimum). It is the online bound of Leskovec et al. (2007): for any set S, submodularity
+    gives `OPT <= f(S) + Σ_{j∈S*} Δ(j|S)`, and the sum is at most the `k` largest gains w.r.t.
+    S (and, with costs, at most the best fractional knapsack of the gains under the budget;
+    the smaller of the two counts); it is taken at every prefix of the run whose gains greedy
+    computed and the least kept. Lazy greedy uses its stale gains, upper bounds of the
+    current ones, so its bound is valid and may be looser than dense greedy's; stochastic
+    greedy sees a sample's gains only and returns NaN for both. No pass over the data is
+    added: the bound comes from the gains each step computes anyway.
   """
   if not isinstance(objective, Objective):
     raise TypeError(

@@ -68,3 +68,29 @@ def block(arr: Array, first: Array, n: int) -> Array:
   """The children block `arr[first : first + N]` of `arr` `[M]` (one contiguous slice, also
   under `vmap`; `first = -1` reads block 0, which the caller masks)."""
   return lax.dynamic_slice(arr, (first,), (n,))
+
+
+def search_estimate(tree: Tree, exploration, value_range=None) -> tuple[Array, Array, Array]:
+  """What a finished search knows about the optimum: (exhausted `[]` bool, the best value
+  found `[]` (its answer's), estimate `[]`).
+
+  `exhausted`: the tree holds every ordered combination within the budget and depth, so its
+  best node is the exact optimum of the scorer over them. `estimate`: otherwise the highest
+  optimistic value UCT steers by among the nodes still open (not exhausted): the mean value
+  backed up through a node plus its exploration term, `V(v)/N(v) + c·sqrt(ln N(parent) / N(v))`
+  (in the scorer's units; with `value_range = (lo, hi)`, `normalize`, the term is scaled by
+  `hi - lo`), and never below the best value found; the best value when exhausted. It is an
+  estimate, not a bound: a scorer is neither monotone nor submodular in general, so an
+  unexplored order may score more.
+  """
+  best = jnp.max(jnp.where(tree.exists & (tree.depth > 0), tree.value, -jnp.inf))
+  best = jnp.where(best > -jnp.inf, best, tree.value[0])  # the search's answer's value
+  exhausted = tree.exhausted[0]
+  n = jnp.maximum(tree.visits, 1).astype(jnp.float32)
+  parent_visits = jnp.where(tree.parent >= 0, tree.visits[jnp.maximum(tree.parent, 0)], tree.visits)
+  explore = jnp.sqrt(jnp.log(jnp.maximum(parent_visits, 1).astype(jnp.float32)) / n)
+  scale = 1.0 if value_range is None else value_range[1] - value_range[0]
+  ucb = tree.value_sum / n + exploration * scale * explore
+  open_ = tree.exists & ~tree.exhausted
+  estimate = jnp.maximum(best, jnp.max(jnp.where(open_, ucb, -jnp.inf)))
+  return exhausted, best, jnp.where(exhausted, best, estimate)

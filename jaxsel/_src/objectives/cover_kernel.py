@@ -71,33 +71,35 @@ _cover_gains.defvjp(_cover_gains_fwd, _cover_gains_bwd)
 
 
 def cover_greedy(sim_t: Array, relevance: Optional[Array], valid: Array, costs: Optional[Array],
-                 budget: Optional[Array], min_gain: Optional[Array], *, k: int, lazy: bool,
+                 budget: Array, min_gain: Optional[Array], *, k: int, lazy: bool,
                  ratio: bool, saturated: bool, item_major: bool = False) -> Selection:
   """Greedy on facility location / coverage (`saturated=False`) or saturated coverage as one
   C++ call: dense steps, or lazy ones (CELF with a heap), with or without costs, by the rules
   of `jaxsel.greedy`'s own loop and the same gain code as `cover_gains`, so dense and lazy
   picks agree exactly. `sim_t` `[N, N]` candidate-major, or item-major (`s_ij` at `[i, j]`)
   with `item_major`, which the kernel transposes problem by problem (in cache for small
-  ones); `relevance` `[Q, N]` or None."""
+  ones); `relevance` `[Q, N]` or None. The kernel also returns the run's certificate (the
+  `bound` of `jaxsel.greedy`'s loop, from the gains it evaluates; `certified` is left to the
+  caller, which combines the runs)."""
   n = sim_t.shape[-1]
   dtype = sim_t.dtype
   weighted = relevance is not None
   w = relevance.astype(dtype) if weighted else jnp.zeros((1, 1), dtype)
   has_costs = costs is not None
   costs = costs.astype(jnp.float32) if has_costs else jnp.zeros((n,), jnp.float32)
-  budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
+  budget = jnp.asarray(budget, jnp.float32)  # inf: no budget (greedy's `NO_BUDGET`)
   floor = jnp.asarray(-jnp.inf if min_gain is None else min_gain, dtype)
   call = jax.ffi.ffi_call(
       "jaxsel_cover_greedy",
       (jax.ShapeDtypeStruct((k,), jnp.int32), jax.ShapeDtypeStruct((k,), dtype),
        jax.ShapeDtypeStruct((k,), dtype), jax.ShapeDtypeStruct((), jnp.int32),
-       jax.ShapeDtypeStruct((), jnp.float32)),
+       jax.ShapeDtypeStruct((), jnp.float32), jax.ShapeDtypeStruct((), dtype)),
       vmap_method="expand_dims")
-  indices, gains, values, count, cost = call(
+  indices, gains, values, count, cost, bound = call(
       sim_t, w, valid, costs, budget, floor,
       weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio, saturated=saturated,
       item_major=item_major)
-  return Selection(indices, gains, values, count, cost)
+  return Selection(indices, gains, values, count, cost, bound, jnp.zeros_like(bound))
 
 
 # ----------------------------------------------------------------------------- host arrays

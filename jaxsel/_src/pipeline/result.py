@@ -7,6 +7,7 @@ Shape legend: K picks, Q queries, N candidates.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Optional
 
@@ -60,13 +61,40 @@ class SelectionResult:
   candidate_scores: Optional[np.ndarray] = None  # [Q, N] relevance r_qj (non-negative)
   documents: Optional[list] = None  # the source documents, when the pipeline split them
   unit: str = "passage"  # what a candidate is: "passage", "sentence" or "word"
+  # Greedy's certificate (`jaxsel.greedy`): no selection within the budget (and k) reaches an
+  # objective value above `bound`, so the picks reach at least `certified` of the optimum.
+  # None where there is none (CORAG, the baselines, stochastic greedy).
+  bound: Optional[float] = None
+  certified: Optional[float] = None
+  # CORAG: whether the search scored every order within the budget (its answer is then exact
+  # for the scorer), the value of its answer (before the top-up), and its highest optimistic
+  # value estimate (UCT's; not a bound: `jaxsel._src.tree.search_estimate`).
+  exhausted: Optional[bool] = None
+  searched: Optional[float] = None
+  estimate: Optional[float] = None
+
+  @property
+  def certificate(self) -> str:
+    """One line on how good the picks provably are ("" where nothing is known)."""
+    if self.certified is not None:
+      value = float(self.curve[-1]) if len(self.curve) else 0.0
+      return (f"certified \u2265 {math.floor(100 * self.certified)}% of optimal "
+              f"(value {value:.4g}, upper bound {self.bound:.4g})")
+    if self.exhausted:
+      return (f"exact: the search scored every order within the budget (best value "
+              f"{self.searched:.4g})")
+    if self.estimate is not None:
+      return (f"search not exhaustive: best value found {self.searched:.4g}, optimistic "
+              f"estimate {self.estimate:.4g} (UCT's, not a bound)")
+    return ""
 
   @property
   def saturation(self) -> int:
     """Number of picks before the marginal gain falls below 5% of the first pick's."""
     g = jnp.asarray(self.gains, jnp.float32)
     sel = Selection(indices=jnp.asarray(self.indices, jnp.int32), gains=g, values=g,
-                    count=jnp.asarray(len(g), jnp.int32), cost=jnp.zeros(()))
+                    count=jnp.asarray(len(g), jnp.int32), cost=jnp.zeros(()),
+                    bound=jnp.zeros(()), certified=jnp.zeros(()))
     return int(saturation_point(sel))
 
   def __len__(self) -> int:
@@ -122,7 +150,9 @@ class SelectionResult:
           "gain": float(g), "value": float(v)})
     return {"method": self.method, "queries": list(self.queries), "budget": self.budget,
             "cost": int(self.cost), "num_candidates": len(self.candidates),
-            "saturation": self.saturation, "selected": picks}
+            "saturation": self.saturation, "bound": self.bound, "certified": self.certified,
+            "exhausted": self.exhausted, "searched": self.searched, "estimate": self.estimate,
+            "selected": picks}
 
   def table(self, *, width: int = 100) -> str:
     """A human-readable table of the picks."""
@@ -139,6 +169,8 @@ class SelectionResult:
     budget = "none" if self.budget is None else f"{self.budget:g}"
     lines.append(f"{len(self.passages)} of {len(self.candidates)} candidates, {self.cost} tokens "
                  f"(budget {budget}), method {self.method}, saturation after {self.saturation} picks")
+    if self.certificate:
+      lines.append(self.certificate)
     return "\n".join(lines)
 
   def plot(self, path=None, *, ax=None):

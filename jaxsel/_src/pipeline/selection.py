@@ -65,6 +65,18 @@ class _Request(NamedTuple):
   signals: object  # `bridge.BridgeSignals` or None
 
 
+def _certificate(out: solve_lib.Output, method: str) -> dict:
+  """The result fields saying how good the picks are: greedy's bound and certified ratio, or
+  whether the CORAG search was exhaustive and its estimate (None where not known)."""
+  def known(x):
+    return None if np.isnan(x) else float(x)
+
+  if method == "corag":
+    return {"exhausted": bool(out.exhausted), "searched": known(out.searched),
+            "estimate": known(out.estimate)}
+  return {"bound": known(out.bound), "certified": known(out.certified)}
+
+
 class Pipeline:
   """Selects the passages that belong in an LLM's context window, in order, within a budget.
 
@@ -289,7 +301,8 @@ class Pipeline:
         gains=gains.astype(np.float32), curve=curve.astype(np.float32),
         cost=int(sum(p.tokens for p in picked)),
         budget=float(r.budget) if np.isfinite(r.budget) else None, candidates=passages,
-        candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit)
+        candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit,
+        **_certificate(out, cfg.method))
 
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,

@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import methods
+from jaxsel._src import tree as tree_lib
 from jaxsel._src.base import NO_ITEM
 from jaxsel._src.baselines import mmr, naive_rag
 from jaxsel._src.greedy import greedy
@@ -115,6 +116,11 @@ class Output(NamedTuple):
   count: Array  # [] int32 picks
   relevance: Array  # [Q, N] r_qj
   nonfinite: Array  # [] bool: the search's or baseline's scorer gave NaN or ±inf (`SearchResult`)
+  bound: Array  # [] greedy's certificate: no selection within the budget and k beats it (NaN: none)
+  certified: Array  # [] f(picks) / bound (NaN: none)
+  exhausted: Array  # [] bool: the CORAG tree holds every order within budget and depth
+  searched: Array  # [] the value of the CORAG search's answer, before any top-up (NaN: not CORAG)
+  estimate: Array  # [] the CORAG search's highest optimistic value estimate (NaN: not CORAG)
 
 
 def _prefix_values(scorer, order: Array):
@@ -135,6 +141,7 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
                         entities=inputs.entities, groups=inputs.groups, valid=inputs.valid,
                         query_valid=inputs.query_valid, nonneg=c.nonneg, dense=c.dense)
   no = jnp.zeros((), bool)
+  nan = jnp.full((), jnp.nan, jnp.float32)
   if c.method in methods.SUBMODULAR:
     obj = methods.objective(c.method, req, nonneg=c.nonneg, backend=c.backend)
     knapsack = {"costs": req.costs, "budget": settings.budget} if c.knapsack else {}
@@ -142,7 +149,8 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
                  method=c.greedy_method, **knapsack,
                  key=jax.random.key(0) if c.greedy_method == "stochastic" else None)
     return Output(sel.indices, sel.gains.astype(jnp.float32), sel.values.astype(jnp.float32),
-                  sel.count, req.relevance, no)
+                  sel.count, req.relevance, no,
+                  sel.bound.astype(jnp.float32), sel.certified.astype(jnp.float32), no, nan, nan)
   # No budget (inf): every candidate fits, and CORAG's cost penalty is relative to them all.
   total = jnp.where(jnp.isfinite(settings.budget), settings.budget, jnp.sum(req.costs))
   rel = methods.best_relevance(req)
@@ -161,7 +169,12 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
     if c.top_up:
       res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid))
   curve, gains = _prefix_values(sc, res.order)
-  return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite)
+  if res.tree is None:  # a baseline
+    return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite, nan, nan, no,
+                  nan, nan)
+  exhausted, searched, estimate = tree_lib.search_estimate(res.tree, settings.exploration)
+  return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite, nan, nan,
+                exhausted, searched, estimate)
 
 
 def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: Array) -> dict:

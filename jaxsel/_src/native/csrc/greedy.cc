@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -244,7 +245,8 @@ ffi::Error CoverGains(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer 
 // location: relevance r_qj, ignored unless weighted; saturated coverage: the levels r_qi),
 // valid [..., N] pred, costs [..., N] f32 (ignored unless has_costs), budget [...] f32,
 // min_gain [...] (−inf: none) → indices [..., K] s32, gains [..., K], values [..., K],
-// count [...] s32, cost [...] f32.
+// count [...] s32, cost [...] f32, bound [...] (the certificate of jaxsel.greedy: the least
+// over the steps of f(S) + GainBound of the gains at hand; see GainBound).
 template <typename T>
 struct Best {
   T crit = -std::numeric_limits<T>::infinity();
@@ -257,12 +259,89 @@ struct Problem {
   bool weighted, lazy, ratio, saturated;
 };
 
+// The most any feasible set (at most K items; with costs, at most `budget`) can add to S, from
+// upper bounds u[j] of the gains w.r.t. S of the candidates with eligible[j]: the sum of the K
+// largest (TopK), and with costs the smaller of that and the best fractional knapsack
+// (Knapsack: by gain per unit cost, the last item cut to fill the budget), found in expected
+// O(N) by a 3-way quickselect on the ratio. The same bound as jaxsel.greedy's XLA loop
+// (`_gain_bound`).
+template <typename T>
+struct GainBounder {
+  std::vector<T> top;
+  struct Item {
+    T ratio, gain;
+    double cost;
+  };
+  std::vector<Item> items;
+
+  static T Ratio(T g, float c) {
+    return c > 0 ? g / static_cast<T>(c) : (g > 0 ? std::numeric_limits<T>::infinity() : T(0));
+  }
+
+  T TopK(const T* u, const char* eligible, int64_t K, int64_t N) {
+    top.clear();
+    for (int64_t j = 0; j < N; ++j)
+      if (eligible[j]) top.push_back(u[j] > T(0) ? u[j] : T(0));
+    if (K < static_cast<int64_t>(top.size()))
+      std::nth_element(top.begin(), top.begin() + K, top.end(), std::greater<T>());
+    T total = 0;
+    for (int64_t i = 0; i < std::min<int64_t>(K, top.size()); ++i) total += top[i];
+    return total;
+  }
+
+  // *critical: the ratio at which the budget runs out (0 when everything fits): exactly the
+  // items of at least that ratio and a positive gain are (partly) in the knapsack.
+  T Knapsack(const T* u, const char* eligible, const float* C, float budget, int64_t N, T* critical) {
+    items.clear();
+    for (int64_t j = 0; j < N; ++j) {
+      if (!eligible[j]) continue;
+      const T g = u[j] > T(0) ? u[j] : T(0);
+      items.push_back({Ratio(g, C[j]), g, double(C[j])});
+    }
+    T sack = 0;
+    *critical = 0;
+    double room = budget;
+    size_t lo = 0, hi = items.size();
+    while (lo < hi) {
+      const T pivot = items[lo + (hi - lo) / 2].ratio;
+      // [lo, a): ratio > pivot; [a, b): == pivot; [b, hi): < pivot.
+      size_t a = lo, b = lo, c = hi;
+      while (b < c) {
+        if (items[b].ratio > pivot) std::swap(items[a++], items[b++]);
+        else if (items[b].ratio < pivot) std::swap(items[b], items[--c]);
+        else ++b;
+      }
+      double cost_a = 0;
+      T gain_a = 0;
+      for (size_t i = lo; i < a; ++i) cost_a += items[i].cost, gain_a += items[i].gain;
+      if (cost_a > room) {  // the budget runs out among the better ratios
+        hi = a;
+        continue;
+      }
+      sack += gain_a;
+      room -= cost_a;
+      double cost_e = 0;
+      T gain_e = 0;
+      for (size_t i = a; i < b; ++i) cost_e += items[i].cost, gain_e += items[i].gain;
+      if (cost_e > room) {  // equal ratios: any `room` worth of them adds the same
+        sack += gain_e * static_cast<T>(room / cost_e);
+        *critical = pivot;
+        break;
+      }
+      sack += gain_e;
+      room -= cost_e;
+      lo = b;
+    }
+    return sack;
+  }
+};
+
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
 // parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost.
 template <typename T, typename PFor>
 int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const float* C, float budget,
                  T floor, bool parallel, int64_t threads, const PFor& pfor, int32_t* I, T* G, T* X,
-                 float* spent_out) {
+                 float* spent_out, T* bound_out) {
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
   const bool weighted = pr.weighted, lazy = pr.lazy, ratio = pr.ratio && C != nullptr;
   const bool saturated = pr.saturated;
@@ -270,8 +349,8 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
   // Facility location: cover[q, i] = max_{j∈S} w_qj s_ji. Saturated coverage: best[i] =
   // max_{j∈S} s_ji and cover[q, i] = min(r_qi, best[i]) (W holds r).
   std::vector<T> cover(Q * N, T(0)), best_sim(saturated ? N : 0, T(0));
-  std::vector<char> avail(N);
-  for (int64_t j = 0; j < N; ++j) avail[j] = V[j];
+  std::vector<char> avail(N), eligible(N);  // eligible: unpicked, valid, cost within budget
+  for (int64_t j = 0; j < N; ++j) avail[j] = V[j], eligible[j] = V[j] && (C == nullptr || C[j] <= budget);
   int32_t taken = 0;
   T value = 0;
   float spent = 0;
@@ -290,11 +369,16 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
                       : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
     return g;
   };
+  // Dense steps evaluate every eligible candidate, also those the spent budget excludes from
+  // the pick, as jaxsel.greedy's XLA loop does: the certificate then has every current gain.
+  std::vector<T> last(lazy ? 0 : N, T(0));
   auto scan = [&](int64_t lo, int64_t hi) {
     Best<T> best;
     for (int64_t j = lo; j < hi; ++j) {
-      if (!avail[j] || !fits(j)) continue;
+      if (!eligible[j]) continue;
       const T g = gain(j), c = crit_of(g, j);
+      last[j] = g;
+      if (!avail[j] || !fits(j)) continue;
       if (c > best.crit || best.j < 0) best = {c, j, g};
     }
     return best;
@@ -306,7 +390,8 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
   // equal bounds the lower index, so the pick is dense greedy's. A candidate that no longer
   // fits the budget never will again: it leaves the heap when it reaches the top.
   std::vector<int32_t> stamp;  // step at which a candidate's bound was last evaluated
-  std::vector<T> fresh;        // its gain then
+  std::vector<T> fresh;        // its gain then (or at a later step, where `seen` says so)
+  std::vector<int32_t> seen;   // step at which the certificate last re-evaluated it
   std::vector<std::pair<T, int64_t>> heap;  // (bound, index), max-heap, inline keys
   auto above = [](const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
@@ -342,6 +427,8 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
       if (p.j >= 0 && (best.j < 0 || p.crit > best.crit)) best = p;
     return best;
   };
+  GainBounder<T> bounder;
+  T bound = kInf;
   int64_t step = 0;
   for (; step < K; ++step) {
     Best<T> best;
@@ -351,6 +438,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
       if (step == 0) {
         fresh.assign(N, T(0));
         stamp.assign(N, 0);
+        seen.assign(N, -1);
         auto eval = [&](int64_t lo, int64_t hi) {
           for (int64_t j = lo; j < hi; ++j)
             if (avail[j] && fits(j)) fresh[j] = gain(j);
@@ -379,6 +467,32 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
         sift_down(0);
       }
     }
+    // The certificate at S (the cover is not updated yet): f(S) + the most a feasible set adds.
+    T* u = lazy ? fresh.data() : last.data();
+    T adds = kInf;
+    if (C != nullptr) {
+      T critical;
+      adds = bounder.Knapsack(u, eligible.data(), C, budget, N, &critical);
+      // Lazy steps first re-evaluate the stale gains the knapsack takes (never more than the
+      // items it holds, a few under a token budget): a candidate the spent budget excludes is
+      // never re-evaluated by the heap, and its gain from an early step would loosen the bound.
+      bool stale = lazy;
+      while (stale) {
+        stale = false;
+        for (int64_t i = 0; i < N; ++i) {
+          if (!eligible[i] || stamp[i] == step || seen[i] == step || u[i] <= T(0) ||
+              GainBounder<T>::Ratio(u[i], C[i]) < critical)
+            continue;
+          u[i] = gain(i);  // the heap's key stays the older, larger bound: still an upper bound
+          seen[i] = static_cast<int32_t>(step);
+          stale = true;
+        }
+        if (stale) adds = bounder.Knapsack(u, eligible.data(), C, budget, N, &critical);
+      }
+    }
+    const T top = bounder.TopK(u, eligible.data(), K, N);
+    adds = top < adds ? top : adds;
+    bound = value + adds < bound ? value + adds : bound;
     if (best.j < 0 || best.gain < floor) break;
     const int64_t j = best.j;
     const T* row = S + j * N;
@@ -402,6 +516,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
     value = 0;
     for (int64_t q = 0; q < Q; ++q) value += Sum(cover.data() + q * N, N);
     avail[j] = 0;
+    eligible[j] = 0;
     if (C != nullptr) spent += C[j];
     if (lazy) pop_top();  // j is the heap's top
     I[step] = static_cast<int32_t>(j);
@@ -415,6 +530,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
     X[step] = value;
   }
   *spent_out = spent;
+  *bound_out = bound;
   return taken;
 }
 
@@ -437,8 +553,9 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
                   ffi::Buffer<ffi::F32> costs, ffi::Buffer<ffi::F32> budget, ffi::AnyBuffer min_gain,
                   ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                   ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
-                  ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
-                  bool ratio, bool saturated, bool item_major) {
+                  ffi::Result<ffi::Buffer<ffi::F32>> cost, ffi::Result<ffi::AnyBuffer> bound,
+                  bool weighted, bool lazy, bool has_costs, bool ratio, bool saturated,
+                  bool item_major) {
   auto rd = rows.dimensions(), wd = w.dimensions(), vd = valid.dimensions(), md = min_gain.dimensions();
   auto kd = costs.dimensions(), bd = budget.dimensions();
   auto od = indices->dimensions();
@@ -464,6 +581,7 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   T* xp = reinterpret_cast<T*>(values->untyped_data());
   int32_t* cp = count->typed_data();
   float* sp = cost->typed_data();
+  T* bp_out = reinterpret_cast<T*>(bound->untyped_data());
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   // Spread problems over the threads when there are enough of them, else each step's rows.
   const bool by_problem = batch.count >= 2 * threads || N * N * Q < (int64_t(1) << 18);
@@ -490,7 +608,7 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
     cp[b] = SolveOne<T>(pr, matrix(b), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
                         vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
                         bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
-                        ip + b * K, gp + b * K, xp + b * K, sp + b);
+                        ip + b * K, gp + b * K, xp + b * K, sp + b, bp_out + b);
   };
   if (by_problem) {
     ParallelFor(pool, batch.count, 1, [&](int64_t lo, int64_t hi) {
@@ -506,18 +624,19 @@ ffi::Error CoverGreedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer
                        ffi::Buffer<ffi::F32> costs, ffi::Buffer<ffi::F32> budget, ffi::AnyBuffer min_gain,
                        ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
-                       ffi::Result<ffi::Buffer<ffi::F32>> cost, bool weighted, bool lazy, bool has_costs,
-                       bool ratio, bool saturated, bool item_major) {
+                       ffi::Result<ffi::Buffer<ffi::F32>> cost, ffi::Result<ffi::AnyBuffer> bound,
+                       bool weighted, bool lazy, bool has_costs, bool ratio, bool saturated,
+                       bool item_major) {
   auto t = rows.element_type();
   if (w.element_type() != t || min_gain.element_type() != t || gains->element_type() != t ||
-      values->element_type() != t)
+      values->element_type() != t || bound->element_type() != t)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: mixed dtypes");
   if (t == ffi::DataType::F32)
     return Greedy<float>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                         weighted, lazy, has_costs, ratio, saturated, item_major);
+                         bound, weighted, lazy, has_costs, ratio, saturated, item_major);
   if (t == ffi::DataType::F64)
     return Greedy<double>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                          weighted, lazy, has_costs, ratio, saturated, item_major);
+                          bound, weighted, lazy, has_costs, ratio, saturated, item_major);
   return ffi::Error::InvalidArgument("jaxsel_cover_greedy: float32 or float64 only");
 }
 
@@ -547,6 +666,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, CoverGreedy,
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Attr<bool>("weighted")
                                   .Attr<bool>("lazy")
                                   .Attr<bool>("has_costs")
