@@ -26,6 +26,7 @@ from jaxsel._src.objectives.rows import GATHER_MIN_N
 Array = jax.Array
 
 METHODS = ("dense", "lazy", "stochastic")
+NO_BUDGET = math.inf  # the budget of a run without costs: every candidate fits
 _SLACK = 1e-5  # relative; far above float32 reordering error, far below real gaps
 _WINDOW_ROUNDS = 8  # lazy rounds per top_k window
 _LAZY_MIN_N = 256  # with the default block, lazy greedy on at most this many candidates takes dense steps
@@ -206,7 +207,7 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
   dtype = jax.eval_shape(lambda: obj.state_value(obj.init())).dtype
   anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state
   state0 = jax.tree.map(lambda x: x + anchor.astype(x.dtype), obj.init())
-  budget = jnp.asarray(jnp.inf if budget is None else budget, jnp.float32)
+  budget = jnp.asarray(budget, jnp.float32)  # inf without costs (`_greedy` decides)
   zero = anchor.astype(jnp.float32)
   bound0 = jnp.full((n,), jnp.inf, dtype) + anchor.astype(dtype)
   upper0 = bound0
@@ -337,7 +338,7 @@ def _certify(s: Selection) -> Selection:
 def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_key):
   key = key if use_key else None
   if costs is None or k == 0 or obj.num_candidates == 0:
-    return _certify(_run(obj, None, None, min_gain, key, k=k, method=method, ratio=False,
+    return _certify(_run(obj, None, NO_BUDGET, min_gain, key, k=k, method=method, ratio=False,
                          block=block, sample=sample))
   # Budgeted: cost-benefit greedy, plain-gain greedy and the best single item; the best of
   # the three keeps the (1 - 1/e)/2 guarantee of Khuller, Moss & Naor (1999) / Leskovec

@@ -246,7 +246,7 @@ def test_item_major_input_equals_candidate_major(shape, saturated):
   sim_t = jnp.swapaxes(jnp.asarray(sim), -1, -2)
   for lazy in (False, True):
     run = lambda s, item_major, r, v: cover_kernel.cover_greedy(
-        s, r, v, None, None, None, k=12, lazy=lazy, ratio=False, saturated=saturated,
+        s, r, v, None, jnp.inf, None, k=12, lazy=lazy, ratio=False, saturated=saturated,
         item_major=item_major)
     if len(shape) == 3:
       run = jax.vmap(run, in_axes=(0, None, 0, 0))
