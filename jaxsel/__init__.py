@@ -51,8 +51,9 @@ if TYPE_CHECKING:
   from jaxsel._src.agent.config import AgentConfig, SearchChoice
   from jaxsel._src.agent.model import ConfigAgent
   from jaxsel._src.agent.params import load_agent, save_agent
-  from jaxsel._src.agent.train import TrainConfig, train_agent
-  from jaxsel import testing
+  from jaxsel._src.agent.train import (AgentDataset, TrainConfig, make_dataset, split_dataset,
+                                       train_agent)
+  from jaxsel import files, registry, testing
 
 __version__ = "0.2.0"
 
@@ -130,13 +131,19 @@ __all__ = [
     "load_generator",
     # configuration agent
     "AgentConfig",
+    "AgentDataset",
     "ConfigAgent",
     "SearchChoice",
     "TrainConfig",
     "load_agent",
+    "make_dataset",
     "save_agent",
+    "split_dataset",
     "train_agent",
     "testing",
+    # for scripts that build requests or write files themselves (`training/`)
+    "files",
+    "registry",
 ]
 
 

@@ -25,7 +25,6 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel._src.agent.train import make_dataset, split_dataset
 from training import context_eval, qa_sets
 
 MENU = ("bridge", "mentions_links", "mentions_links_strong", "links", "relevance",
@@ -78,8 +77,8 @@ def train(embeddings: np.ndarray, label: np.ndarray, *, menu=MENU, seed: int = 0
   cfg = agent_config(menu, embeddings.shape[1])
   pc = jaxsel.PipelineConfig()
   settings = np.tile([pc.iterations, pc.cost_penalty, pc.exploration], (len(label), 1))
-  data = make_dataset(cfg, embeddings, label, settings)
-  tr, val = split_dataset(data, validation_fraction=0.2, seed=seed)
+  data = jaxsel.make_dataset(cfg, embeddings, label, settings)
+  tr, val = jaxsel.split_dataset(data, validation_fraction=0.2, seed=seed)
   res = jaxsel.train_agent(cfg, tr, config=jaxsel.TrainConfig(epochs=epochs, seed=seed,
                                                                select="best_val"), validation=val)
   return res.agent

@@ -18,9 +18,9 @@ Metrics per question (`question_metrics`), over the gold paragraphs:
 Oracles (`oracle_joint`): whole gold paragraphs, cheapest first, while they fit
 (`"paragraph"`), or the cheapest piece of each gold paragraph (`"piece"`).
 
-`batched_select` runs the Pipeline's own compiled solve for many questions at once (one
-`jax.vmap` per candidate bucket, as `select_many` does for the submodular methods), for the
-sweeps of the cross-dataset runs and the agent; it gives `select`'s picks (tested).
+`batched_select` runs many questions through `Pipeline.select_many` (one `jax.vmap`-ed solve
+per shape bucket), for the sweeps of the cross-dataset runs and the agent; it gives `select`'s
+picks (tested).
 """
 
 from __future__ import annotations
@@ -31,12 +31,9 @@ import os
 import time
 from typing import Callable, Dict, Optional, Sequence
 
-import jax
 import numpy as np
 
-from jaxsel._src import methods
-from jaxsel._src.io import atomic_write
-from jaxsel._src.pipeline import solve as solve_lib
+import jaxsel
 from training import evaluation, qa_sets
 from training.qa import QAExample
 
@@ -131,13 +128,13 @@ class RunStore:
   def save(self) -> None:
     if self.path is not None:
       os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-      atomic_write(self.path, json.dumps(self.data).encode("utf-8"))
+      jaxsel.files.atomic_write(self.path, json.dumps(self.data).encode("utf-8"))
 
 
 def scorer_settings(scorer) -> dict:
   """What a stored run with the registry scorer `scorer` depends on besides its name: the
   bridge scorer's weights, which may change between runs."""
-  return {"bridge_weights": dict(methods.BRIDGE_WEIGHTS)} if scorer == "bridge" else {}
+  return {"bridge_weights": dict(jaxsel.registry.BRIDGE_WEIGHTS)} if scorer == "bridge" else {}
 
 
 def _settings(pipe) -> dict:
@@ -198,64 +195,29 @@ def oracle_metrics(store: RunStore, examples: Sequence[QAExample], budget: int,
 # ----------------------------------------------------------------------------- batched
 
 
-class Prepared(collections.namedtuple("Prepared", "example passages query emb signals")):
-  """One question as the Pipeline sees it: candidate passages, `[1, D]` query and `[N, D]`
-  passage embeddings, text signals."""
+class Prepared(collections.namedtuple("Prepared", "example passages query")):
+  """One question as the Pipeline sees it: its candidate passages and `[1, D]` query embedding."""
 
 
 def prepare(pipe, examples: Sequence[QAExample]) -> list:
-  """Splits, embeds (through `pipe`, so its encoder's cache serves) and computes the text
-  signals of every question, as `Pipeline.select` does before its solve."""
-  out = []
-  for ex in examples:
-    passages = pipe.split(qa_sets.documents(ex))
-    emb = pipe.embed([p.text for p in passages], "passage")
-    q = pipe.embed([ex.question], "query")
-    sig = methods.text_signals([p.text for p in passages], [p.doc for p in passages],
-                               [p.title for p in passages], [ex.question])
-    out.append(Prepared(ex, passages, q, emb, sig))
-  return out
+  """Splits every question's documents and embeds its question (through `pipe`, so its
+  encoder's cache serves), as `Pipeline.select` does before its solve."""
+  return [Prepared(ex, pipe.split(qa_sets.documents(ex)), pipe.embed([ex.question], "query"))
+          for ex in examples]
 
 
 def batched_select(pipe, prepared: Sequence[Prepared], *, budget: float, scorer=None,
                    iterations: Optional[int] = None, exploration: Optional[float] = None,
                    cost_penalty: Optional[float] = None) -> list:
   """The picks (`[[doc, start, end, tokens], ...]` per question) of `pipe`'s method for all
-  `prepared` questions: the Pipeline's compiled solve, `jax.vmap`-ed over the questions of each
-  candidate bucket (so every question is padded as `select` pads it). The search settings
-  default to the Pipeline's; a scorer may be a registry name or a builder `(request) -> scorer`
-  (pass the same object each time: it is a static argument, a new one compiles again)."""
-  cfg = pipe.config
-  scorer = cfg.corag_scorer if scorer is None else scorer
-  iterations = cfg.iterations if iterations is None else iterations
-  exploration = cfg.exploration if exploration is None else exploration
-  cost_penalty = cfg.cost_penalty if cost_penalty is None else cost_penalty
-  by_bucket = collections.defaultdict(list)
-  for i, p in enumerate(prepared):
-    by_bucket[solve_lib.bucket(len(p.passages))].append(i)
-  out = [None] * len(prepared)
-  signals = cfg.method == "corag" and (callable(scorer) or scorer in methods.USES_TEXT_SIGNALS)
-  for n_pad, rows in sorted(by_bucket.items()):
-    padded = []
-    for i in rows:
-      p = prepared[i]
-      costs = np.asarray([x.tokens for x in p.passages], np.float32)
-      padded.append(solve_lib.pad_inputs(p.query, p.emb, p.emb, costs,
-                                         p.signals if signals else None, n=n_pad, q=1))
-    inputs = jax.tree.map(lambda *xs: np.stack(xs), *padded)
-    res = pipe._run(inputs, budget=budget, k=n_pad, min_gain=None, scorer=scorer,
-                    iterations=iterations, exploration=exploration, cost_penalty=cost_penalty,
-                    n=n_pad, batched=True)
-    for r, i in enumerate(rows):
-      p = prepared[i]
-      order = np.asarray(res.order[r][:min(int(res.count[r]), len(p.passages))])
-      gains = np.asarray(res.gains[r][:len(order)])
-      if cfg.method in methods.BASELINES and cfg.min_gain is not None:
-        low = np.nonzero(gains < cfg.min_gain)[0]  # as `select` cuts the baselines
-        order = order[:low[0]] if len(low) else order
-      out[i] = [[int(p.passages[j].doc), int(p.passages[j].start), int(p.passages[j].end),
-                 int(p.passages[j].tokens)] for j in order]
-  return out
+  `prepared` questions, by `Pipeline.select_many` (so each equals `select`'s). The search
+  settings default to the Pipeline's; a scorer may be a registry name or a builder
+  `(request) -> scorer` (pass the same object each time: a new one compiles again)."""
+  search = {"corag_scorer": scorer, "iterations": iterations, "exploration": exploration,
+            "cost_penalty": cost_penalty}
+  pipe = pipe.replace(**{k: v for k, v in search.items() if v is not None})
+  results = pipe.select_many([(p.example.question, p.passages) for p in prepared], budget=budget)
+  return [pieces_of(r.passages) for r in results]
 
 
 def run_batched(pipe, prepared: Sequence[Prepared], store: RunStore, name: str, *,

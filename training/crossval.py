@@ -18,7 +18,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from jaxsel._src import methods
+from jaxsel import registry
 from training import context_eval, qa_sets
 
 # label -> changes to the default (weights of the bridge scorer, search settings, top-up).
@@ -47,15 +47,15 @@ def bridge_builder(**weights):
   """The registry's bridge scorer with some weights changed, as a scorer builder
   `(request) -> scorer` for `Pipeline(corag_scorer=...)`; `"bridge"` itself when nothing
   changes. One object per set of weights (a static argument of the compiled solve)."""
-  unknown = set(weights) - set(methods.BRIDGE_WEIGHTS)
+  unknown = set(weights) - set(registry.BRIDGE_WEIGHTS)
   if unknown:
-    raise ValueError(f"Unknown bridge weights {sorted(unknown)}; use {sorted(methods.BRIDGE_WEIGHTS)}.")
-  changed = {k: float(v) for k, v in weights.items() if v != methods.BRIDGE_WEIGHTS[k]}
+    raise ValueError(f"Unknown bridge weights {sorted(unknown)}; use {sorted(registry.BRIDGE_WEIGHTS)}.")
+  changed = {k: float(v) for k, v in weights.items() if v != registry.BRIDGE_WEIGHTS[k]}
   if not changed:
     return "bridge"
   key = tuple(sorted(changed.items()))
   if key not in _BUILDERS:
-    _BUILDERS[key] = functools.partial(methods.SCORERS["bridge"], discount=1.0, **changed)
+    _BUILDERS[key] = functools.partial(registry.SCORERS["bridge"], discount=1.0, **changed)
   return _BUILDERS[key]
 
 
@@ -67,10 +67,10 @@ def run_grid(base_pipe, prepared: Sequence, store: context_eval.RunStore, *,
   context_eval.run_batched(naive, prepared, store, "grid:naive", budgets=budgets,
                            settings={"method": "naive"})
   for label, changes in grid.items():
-    weights = {k: v for k, v in changes.items() if k in methods.BRIDGE_WEIGHTS}
+    weights = {k: v for k, v in changes.items() if k in registry.BRIDGE_WEIGHTS}
     search = {k: v for k, v in changes.items() if k in SEARCH}
     pipe = base_pipe.replace(method="corag", top_up=changes.get("top_up", True))
-    settings = {"config": json.dumps({**methods.BRIDGE_WEIGHTS, **weights, **search,
+    settings = {"config": json.dumps({**registry.BRIDGE_WEIGHTS, **weights, **search,
                                       "top_up": pipe.config.top_up}, sort_keys=True)}
     context_eval.run_batched(pipe, prepared, store, "grid:" + label, budgets=budgets,
                              settings=settings, scorer=bridge_builder(**weights), **search)

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from jaxsel._src.io import atomic_savez
+from jaxsel.files import atomic_savez
 
 
 class CachedEncoder:

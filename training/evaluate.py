@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
-from jaxsel._src.io import atomic_write, file_sha256  # noqa: E402
+from jaxsel.files import atomic_write, file_sha256  # noqa: E402
 from training import agent_eval, answers, context_eval, crossval, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 

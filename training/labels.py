@@ -31,9 +31,8 @@ from tqdm.auto import tqdm
 
 import jaxsel
 from jaxsel import corag_search, cross_encoder_scorer, embedding_scorer
-from jaxsel._src import methods
-from jaxsel._src.io import atomic_write
-from jaxsel._src.pipeline import result
+from jaxsel import registry
+from jaxsel.files import atomic_write
 from training import answers, evaluation, qa
 from training.qa import QAExample, QAFeatures
 
@@ -45,10 +44,10 @@ PAPER_ITERATIONS = (5, 15, 25)
 
 # ----------------------------------------------------------------------------- scorer menu
 
-# The scorers of the product's registry (`jaxsel._src.methods.SCORERS`: relevance, the
+# The scorers of the product's registry (`jaxsel.registry.SCORERS`: relevance, the
 # objectives, the title-link scorers), built from a question's features with discount 1; the
 # model scorers (`model_scorer_builders`) are added per run.
-SCORERS = tuple(methods.SCORERS)
+SCORERS = tuple(registry.SCORERS)
 
 
 def build_scorer(name: str, features: QAFeatures, tokens=None,
@@ -58,9 +57,9 @@ def build_scorer(name: str, features: QAFeatures, tokens=None,
   builders = builders or {}
   if name in builders:
     return builders[name](features, tokens)
-  if name not in methods.SCORERS:
+  if name not in registry.SCORERS:
     raise ValueError(f"Unknown scorer {name!r}; available: {', '.join(SCORERS + tuple(builders))}.")
-  return methods.scorer(name, qa.request(features), discount=1.0)
+  return registry.scorer(name, qa.request(features), discount=1.0)
 
 
 def model_scorer_builders(encoder=None, *, cross_encoder=None, max_len: int = 256) -> Dict[str, Callable]:
@@ -125,7 +124,7 @@ def search_orders(features: QAFeatures, scorer: str, *, budget: float, iteration
   compiled search per distinct value); `cost_penalty` and `exploration` are scalars or `[Q]`.
   """
   builders = builders or {}
-  if scorer not in builders and scorer not in methods.SCORERS:
+  if scorer not in builders and scorer not in registry.SCORERS:
     raise ValueError(f"Unknown scorer {scorer!r}; available: {', '.join(SCORERS + tuple(builders))}.")
   q = features.costs.shape[0]
   n = features.costs.shape[1]
@@ -192,8 +191,12 @@ def answer_prompt(question: str, texts: Sequence[str], order: Sequence[int]) -> 
   """The prompt `Pipeline.answer` sends for the picked passages `order` of `texts` with its
   defaults: the default template, the passages numbered in document order."""
   picked = sorted(int(j) for j in order if j >= 0)
-  return result.fill_template(result.DEFAULT_TEMPLATE, [question],
-                              result.join_context([texts[j] for j in picked]))
+  passages = [jaxsel.Passage(texts[j], 0, len(texts[j]), doc=j) for j in picked]
+  zeros = np.zeros(len(picked), np.float32)
+  selection = jaxsel.SelectionResult(
+      method="corag", queries=[question], passages=passages, indices=np.asarray(picked, np.int64),
+      scores=None, gains=zeros, curve=zeros, cost=0, budget=None, candidates=passages)
+  return selection.prompt(None, order="document")
 
 
 class AnswerQuality:

@@ -19,8 +19,8 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 
 from jaxsel import token_costs
-from jaxsel._src import methods
-from jaxsel._src.io import atomic_savez
+from jaxsel import registry
+from jaxsel.files import atomic_savez
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +173,7 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
   features of all questions, padded to `n_max` passages (default the largest count).
 
   The text signals (`links`, `mentioned`, `entities`, `groups`) are the Pipeline's
-  (`methods.text_signals`) for the `"title: paragraph"` texts given as one document each: the
+  (`registry.text_signals`) for the `"title: paragraph"` texts given as one document each: the
   lead entity of a passage is its title, read from the text as the Pipeline reads it."""
   examples = list(examples)
   if not examples:
@@ -197,7 +197,7 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
     m = len(e.passages)
     out.passages[i, :m] = p_emb[start:start + m]
     out.costs[i, :m] = costs[start:start + m]
-    sig = methods.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
+    sig = registry.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
     out.links[i, :m, :m] = sig.links
     out.mentioned[i, :m] = sig.mentioned
     out.entities[i, :m, :m] = sig.entities
@@ -208,10 +208,10 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
   return out
 
 
-def request(f: QAFeatures) -> methods.Request:
+def request(f: QAFeatures) -> registry.Request:
   """One question's features as the registry's `Request` (works under `jit` / `vmap`): the
-  same scores as the Pipeline's (`methods.request`)."""
-  return methods.request(f.query[None], f.passages, costs=f.costs, links=f.links * f.valid[None, :],
+  same scores as the Pipeline's (`registry.request`)."""
+  return registry.request(f.query[None], f.passages, costs=f.costs, links=f.links * f.valid[None, :],
                          mentioned=f.mentioned, entities=f.entities, groups=f.groups, valid=f.valid)
 
 

@@ -23,8 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
-from jaxsel._src.agent.train import make_dataset, split_dataset  # noqa: E402
-from jaxsel._src.io import atomic_write  # noqa: E402
+from jaxsel.files import atomic_write  # noqa: E402
 from training.labels import read_labels  # noqa: E402
 
 
@@ -97,8 +96,8 @@ def main(argv=None) -> int:
               "iterations_choices": tuple(grid["iterations"])}
   config = jaxsel.AgentConfig(in_dim=emb.shape[1], scorers=scorers,
                        hidden=tuple(int(h) for h in args.hidden.split(",")), **cfg_kw)
-  data = make_dataset(config, emb, [r["scorer"] for r in rows], settings)
-  train, val = split_dataset(data, validation_fraction=args.val_fraction, seed=args.seed)
+  data = jaxsel.make_dataset(config, emb, [r["scorer"] for r in rows], settings)
+  train, val = jaxsel.split_dataset(data, validation_fraction=args.val_fraction, seed=args.seed)
   tc = jaxsel.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr,
                    seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma,
                    margin=args.margin, select=args.select if args.val_fraction > 0 else "last")

@@ -4,6 +4,9 @@ Reference: `transformers.BertModel` on the same checkpoint + mean pooling over t
 mask + L2 normalisation, which is what sentence-transformers computes for this model.
 """
 
+import json
+import pathlib
+
 import numpy as np
 import jax.numpy as jnp
 import pytest
@@ -103,3 +106,23 @@ def test_pipeline_uses_the_models_prompts(minilm):
                                   np.asarray(e5.encode(SENTENCES, prompt_name=role)))
     np.testing.assert_array_equal(pipe.embed(SENTENCES, role),
                                   np.asarray(minilm.encode(SENTENCES, prompt=role + ": ")))
+
+
+def test_select_many_equals_select_with_the_real_minilm(minilm):
+  """A stream of mixed requests (one or two HotpotQA questions, one or two Wikipedia extracts)
+  through `select_many` picks what `select` picks request by request, with the real model:
+  NaiveRAG, facility location and the default CORAG (bridge search + top-up)."""
+  data = pathlib.Path(jaxsel.__file__).parent / "data"
+  doc = (data / "hotpotqa_wiki.md").read_text("utf-8")
+  qs = [json.loads(l)["question_text"] for l in
+        (data / "hotpotqa_questions.jsonl").read_text("utf-8").splitlines()]
+  requests = [(qs[0], [doc[:2500]]), ([qs[1], qs[2]], [doc[2500:4500], doc[9000:10500]]),
+              (qs[3], [doc[-3000:]])]
+  for method in ("naive", "facility_location", "corag"):
+    pipe = jaxsel.Pipeline(minilm, method=method, max_tokens=64)
+    many = pipe.select_many(requests, budget=192)
+    for got, (q, docs) in zip(many, requests):
+      one = pipe.select(q, docs, budget=192)
+      np.testing.assert_array_equal(got.indices, one.indices)
+      np.testing.assert_allclose(got.gains, one.gains, rtol=1e-5, atol=1e-6)
+      assert got.cost == one.cost <= 192 and got.candidates == one.candidates

@@ -1,0 +1,27 @@
+"""The registry of selection methods, objectives and CORAG scorers, by name: what
+`jaxsel.Pipeline(method=..., corag_scorer=...)` resolves, for code that builds a request's
+arrays itself (the research scripts in `training/`, a sweep over scorer weights).
+
+    req = jaxsel.registry.request(query_emb, passage_emb, costs=costs)   # [Q, D], [N, D], [N]
+    sc = jaxsel.registry.scorer("bridge", req)                           # a CORAG scorer
+    jaxsel.corag_search(sc, costs, budget=256.0)
+
+Shape legend: Q queries, N candidates, D embedding dimension.
+"""
+
+from jaxsel._src.methods import (BRIDGE_WEIGHTS, METHODS, OBJECTIVES, SCORERS, USES_TEXT_SIGNALS,
+                                 Request, best_relevance, objective, request, scorer, text_signals)
+
+__all__ = [
+    "BRIDGE_WEIGHTS",
+    "METHODS",
+    "OBJECTIVES",
+    "SCORERS",
+    "USES_TEXT_SIGNALS",
+    "Request",
+    "best_relevance",
+    "objective",
+    "request",
+    "scorer",
+    "text_signals",
+]
