@@ -209,8 +209,7 @@ def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
     raise ValueError(f"`max_size` must be at most {MAX_EXHAUSTIVE_SIZE} (there are "
                      f"{num_ordered_combinations(costs.shape[0], max_size):,} ordered combinations); "
                      "use `jaxsel.corag_search` for longer orders.")
-  if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+  batch_size = checks.integer(batch_size, "batch_size")
   combos = ordered_combinations(costs.shape[0], max_size)
   used = combos >= 0
   res = _exhaustive(scorer, costs, budget, valid if masked else None, jnp.asarray(combos),

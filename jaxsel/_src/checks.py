@@ -1,4 +1,6 @@
-"""Input checks that run at the API boundary, before anything is traced.
+"""Input checks that run at the API boundary, before anything is traced: arrays (numbers,
+finite, non-negative, masks), texts, and the one vocabulary of settings (`choice`, `integer`,
+`number`, `costs_and_budget`, `token_budget`, `static_int`, `static_bool`).
 
 Shape checks always run. Value checks (NaN, negative entries) run only on concrete
 arrays: inside `jit`/`vmap` the values are tracers and cannot be inspected, so callers
@@ -7,7 +9,7 @@ who build objectives under a transform are responsible for their values.
 
 from __future__ import annotations
 
-import os
+import math
 from typing import Iterable, Optional
 
 import numpy as np
@@ -66,16 +68,6 @@ def host_float_dtype(x: np.ndarray, name: str) -> np.dtype:
   return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
-def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
-  """An uninitialised host array whose data starts on an `align`-byte boundary: `jax.device_put`
-  of such an array on the CPU backend shares its memory instead of copying it."""
-  dtype = np.dtype(dtype)
-  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-  raw = np.empty(nbytes + align, np.uint8)
-  start = (-raw.ctypes.data) % align
-  return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
 def min_max_ok(x, low=-np.inf) -> bool:
   """Fast path without temporaries: min/max propagate NaN, so finite extremes >= `low`
   mean every entry is finite and >= `low`."""
@@ -108,45 +100,6 @@ def check_valid(valid, n: int, name: str = "valid", batch_shape=()) -> jax.Array
   if v.shape != batch_shape + (n,):
     raise ValueError(f"`{name}` must have shape {batch_shape + (n,)} (one flag per candidate), got {v.shape}.")
   return v
-
-
-def available_bytes() -> Optional[int]:
-  """Memory the default device can still allocate: free device memory on an accelerator
-  (`memory_stats`), `MemAvailable` of the host on the CPU backend; None when unknown."""
-  dev = jax.devices()[0]
-  if dev.platform != "cpu":
-    stats = dev.memory_stats() or {}
-    if "bytes_limit" in stats:
-      return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    return None
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  try:
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-  except (ValueError, OSError, AttributeError):
-    return None
-
-
-def check_fits(shape, dtype, copies: int, what: str) -> None:
-  """Raises `MemoryError` before allocating `copies` arrays of `shape` and `dtype` that cannot
-  fit, naming the size and the objectives that need no `[N, N]` matrix. (XLA:CPU aborts the
-  whole process on such an allocation instead of raising.)"""
-  need = copies * int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
-  if need < 1 << 30:  # below 1 GiB: not worth a system call
-    return
-  free = available_bytes()
-  if free is not None and need > free:
-    raise MemoryError(
-        f"{what} of shape {tuple(shape)} needs about {need / 2**30:.1f} GiB "
-        f"({copies} × {np.dtype(dtype).name}), but only {free / 2**30:.1f} GiB is free. For large "
-        "ground sets use the objectives without an [N, N] matrix: "
-        "`jaxsel.facility_location_from_embeddings` / `saturated_coverage_from_embeddings` "
-        "(matrix-free) or `jaxsel.knn_facility_location` / `knn_saturated_coverage` (sparse).")
 
 
 # ----------------------------------------------------------------------------- texts
@@ -203,3 +156,79 @@ def static_int(x, name: str, low: int = 0, high: Optional[int] = None, *, what: 
     bound = f"at least {low}" if high is None else f"between {low} and {high}"
     raise ValueError(f"`{name}` must be {bound}, got {x}.")
   return int(x)
+
+
+# ----------------------------------------------------------------------------- settings
+# The one vocabulary of setting checks: a rule is written once here and every module states
+# its settings with it, so the same rule raises the same message everywhere.
+
+
+def choice(value, name: str, options, *, hint: str = ""):
+  """`value` when it is one of `options`; else "Unknown `name` ...; use one of ..." (ValueError)."""
+  try:
+    known = value in options
+  except TypeError:  # an unhashable value tested against a set or a dict
+    known = False
+  if not known:
+    raise ValueError(
+        f"Unknown `{name}` {value!r}; use one of {', '.join(map(repr, options))}{hint}.")
+  return value
+
+
+def integer(x, name: str, *, low: int = 1, high: Optional[int] = None, what: str = "",
+            none: bool = False) -> Optional[int]:
+  """`x` as an int in [low, high] (a positive int by default; bools and floats are not ints),
+  or None when `none` allows it. `what` says what it counts (" (the embedding dimension)")."""
+  if x is None and none:
+    return None
+  if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low or (
+      high is not None and x > high):
+    kind = (f"an int in [{low}, {high}]" if high is not None else
+            "a positive int" if low == 1 else f"an int >= {low}")
+    raise ValueError(f"`{name}` must be {kind}{what}{' or None' if none else ''}, got {x!r}.")
+  return int(x)
+
+
+def number(x, name: str, low: float = -math.inf, high: float = math.inf, *,
+           low_open: bool = False) -> float:
+  """`x` as a finite real number in [low, high] (`(low, high]` with `low_open`); bools are not
+  numbers."""
+  if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+      or not math.isfinite(x) or x < low or (low_open and x == low) or x > high:
+    bound = f"in ({low}, {high}]" if low_open else f"in [{low}, {high}]"
+    raise ValueError(f"`{name}` must be a finite number {bound}, got {x!r}.")
+  return float(x)
+
+
+def costs_and_budget(costs, budget, n: Optional[int] = None, *, batch: str):
+  """Token costs `[N]` and a budget `[]` as float32 device arrays: shapes always (`n` when
+  given), values where concrete (finite, non-negative). `batch` says how a batch is passed
+  (in the shape errors). Returns `(costs, budget)`."""
+  costs = as_float_array(costs, "costs").astype(jnp.float32)
+  if costs.ndim != 1 or (n is not None and costs.shape != (n,)):
+    want = "[N]" if n is None else f"[N] = [{n}]"
+    raise ValueError(f"`costs` must have shape {want} ({batch}), got {costs.shape}.")
+  check_finite(costs, "costs")
+  if is_concrete(costs) and bool((np.asarray(costs) < 0).any()):
+    raise ValueError("`costs` must be non-negative (a cost is e.g. a token count).")
+  budget = as_float_array(budget, "budget").astype(jnp.float32)
+  if budget.ndim != 0:
+    raise ValueError(f"`budget` must be a scalar ({batch}), got shape {budget.shape}.")
+  if is_concrete(budget):
+    b = np.asarray(budget)
+    if not np.isfinite(b) or b < 0:
+      raise ValueError(f"`budget` must be a finite non-negative number, got {b}.")
+  return costs, budget
+
+
+def token_budget(budget, *, low: float = 0, whole: bool = False, none: str = "") -> Optional[float]:
+  """A budget given as a plain number of tokens (None passes when `none` says what it means):
+  finite and at least `low`, a whole number when `whole`."""
+  if budget is None and none:
+    return None
+  if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
+      or not math.isfinite(budget) or budget < low or (whole and not float(budget).is_integer()):
+    kind = "a whole number" if whole else "a finite number"
+    raise ValueError(f"`budget` must be {kind} of tokens >= {low:g}"
+                     f"{f' (or None: {none})' if none else ''}, got {budget!r}.")
+  return budget

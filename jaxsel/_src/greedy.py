@@ -408,26 +408,12 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
   k = int(k)
   if k < 0 or k > n:
     raise ValueError(f"`k` must be between 0 and the number of candidates N={n}, got {k}.")
-  if method not in METHODS:
-    raise ValueError(f"Unknown `method` {method!r}; use one of {', '.join(map(repr, METHODS))}.")
+  checks.choice(method, "method", METHODS)
   if (costs is None) != (budget is None):
     raise ValueError("`costs` and `budget` go together: pass both (a knapsack budget) or neither.")
   if costs is not None:
-    costs = checks.as_float_array(costs, "costs").astype(jnp.float32)
-    if costs.shape != (n,):
-      raise ValueError(f"`costs` must have shape [N] = [{n}] (one instance; `jax.vmap` for a "
-                       f"batch), got {costs.shape}.")
-    checks.check_finite(costs, "costs")
-    if checks.is_concrete(costs) and bool((np.asarray(costs) < 0).any()):
-      raise ValueError("`costs` must be non-negative (a cost is e.g. a token count).")
-    budget = checks.as_float_array(budget, "budget").astype(jnp.float32)
-    if budget.ndim != 0:
-      raise ValueError(f"`budget` must be a scalar (one instance; `jax.vmap` for a batch), got "
-                       f"shape {budget.shape}.")
-    if checks.is_concrete(budget):
-      b = np.asarray(budget)
-      if not np.isfinite(b).all() or (b < 0).any():
-        raise ValueError(f"`budget` must be a finite non-negative number, got {b}.")
+    costs, budget = checks.costs_and_budget(costs, budget, n,
+                                            batch="one instance; `jax.vmap` for a batch")
   if min_gain is not None:
     min_gain = checks.as_float_array(min_gain, "min_gain").astype(jnp.float32)
     if min_gain.ndim != 0:

@@ -123,9 +123,7 @@ class VectorIndex:
   """
 
   def __init__(self, dim: int, *, mesh: Optional[Mesh] = None, info: Optional[dict] = None):
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-      raise ValueError(f"`dim` must be a positive int (the embedding dimension), got {dim!r}.")
-    self.dim = int(dim)
+    self.dim = checks.integer(dim, "dim", what=" (the embedding dimension)")
     if mesh is None and jax.device_count() > 1:
       mesh = Mesh(np.asarray(jax.devices()), ("n",))
     if mesh is not None and len(mesh.axis_names) != 1:
@@ -219,8 +217,7 @@ class VectorIndex:
   def search(self, queries, k: int) -> SearchHits:
     """Exact top-`k` rows by cosine similarity. `queries` `[D]` gives `[K]` fields, `[Q, D]`
     gives `[Q, K]`. Missing hits (k > size) are -1 with score -inf."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-      raise ValueError(f"`k` must be a positive int, got {k!r}.")
+    checks.integer(k, "k")
     x = checks.as_float_array(queries, "queries")
     single = x.ndim == 1
     if single:

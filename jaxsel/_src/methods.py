@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsel._src import checks
 from jaxsel._src.bridge import BridgeSignals, bridge_signals
 from jaxsel._src.numerics import cosine_similarity
 from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
@@ -209,6 +210,4 @@ NEEDS_QUERY = ("facility_location", "saturated_coverage", "mmr", "naive", "corag
 
 
 def check_method(method: str) -> str:
-  if method not in METHODS:
-    raise ValueError(f"Unknown `method` {method!r}; use one of {', '.join(map(repr, METHODS))}.")
-  return method
+  return checks.choice(method, "method", METHODS)

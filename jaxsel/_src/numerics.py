@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxsel._src import checks
+from jaxsel._src import checks, memory
 
 Array = jax.Array
 
@@ -55,7 +55,7 @@ def nonnegative(x, *, method: str = "clip") -> Array:
     return (x - lo) / jnp.where(hi > lo, hi - lo, 1)
   if method == "square":
     return x * x
-  raise ValueError(f"Unknown `method` {method!r}; use one of {', '.join(map(repr, NONNEG_METHODS))}.")
+  checks.choice(method, "method", NONNEG_METHODS)
 
 
 def cosine_similarity(a, b=None, *, nonneg: Optional[str] = "clip", eps: float = 1e-12) -> Array:
@@ -76,8 +76,8 @@ def cosine_similarity(a, b=None, *, nonneg: Optional[str] = "clip", eps: float =
       raise ValueError(f"`b` must be [..., M, {a.shape[-1]}] to match `a`'s dimension, got {b.shape}.")
     checks.check_finite(b, "b")
   out_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-2])
-  checks.check_fits(out_shape, jnp.result_type(a, b), 1 if nonneg is None else 2,
-                     "The similarity matrix")
+  memory.check_fits(out_shape, jnp.result_type(a, b), 1 if nonneg is None else 2,
+                    "The similarity matrix")
   sim = jnp.einsum("...nd,...md->...nm", l2_normalize(a, eps), l2_normalize(b, eps),
                    precision=lax.Precision.HIGHEST)
   return sim if nonneg is None else nonnegative(sim, method=nonneg)

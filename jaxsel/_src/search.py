@@ -73,9 +73,10 @@ def check_inputs(scorer, costs, budget, valid, max_depth, *, depth_name="max_dep
     raise TypeError(f"`scorer` must be callable as `scorer(order [T]) -> value` (see "
                     f"`jaxsel.scorers`), got {type(scorer).__name__}.")
   _check_scorer_leaves(scorer)
-  costs = checks.as_float_array(costs, "costs").astype(jnp.float32)
-  if costs.ndim != 1:
-    raise ValueError(f"`costs` must be [N] (one instance; `jax.vmap` over queries), got shape {costs.shape}.")
+  if budget is None:
+    raise TypeError("`budget` is required (the token budget B).")
+  costs, budget = checks.costs_and_budget(costs, budget,
+                                          batch="one instance; `jax.vmap` over queries")
   n = costs.shape[0]
   if n == 0:
     raise ValueError("There are no candidates (N = 0): pass at least one chunk (pad with "
@@ -83,18 +84,6 @@ def check_inputs(scorer, costs, budget, valid, max_depth, *, depth_name="max_dep
   sn = num_candidates_of(scorer)
   if sn is not None and sn != n:
     raise ValueError(f"`scorer` is built for N={sn} chunks but `costs` has N={n}.")
-  checks.check_finite(costs, "costs")
-  if checks.is_concrete(costs) and bool((np.asarray(costs) < 0).any()):
-    raise ValueError("`costs` must be non-negative (a cost is a token count).")
-  if budget is None:
-    raise TypeError("`budget` is required (the token budget B).")
-  budget = checks.as_float_array(budget, "budget").astype(jnp.float32)
-  if budget.ndim != 0:
-    raise ValueError(f"`budget` must be a scalar (per query under `vmap`), got shape {budget.shape}.")
-  if checks.is_concrete(budget):
-    b = float(budget)
-    if not np.isfinite(b) or b < 0:
-      raise ValueError(f"`budget` must be a finite non-negative number, got {b}.")
   valid = checks.check_valid(valid, n)
   if max_depth is None:
     max_depth = n
@@ -380,8 +369,7 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   iterations = checks.static_int(iterations, "iterations", 1, what="it fixes the tree size")
-  if backup not in BACKUPS:
-    raise ValueError(f"Unknown `backup` {backup!r}; use one of {', '.join(map(repr, BACKUPS))}.")
+  checks.choice(backup, "backup", BACKUPS)
   normalize = checks.static_bool(normalize, "normalize")
   exploration = checks.as_float_array(exploration, "exploration").astype(jnp.float32)
   cost_penalty = checks.as_float_array(cost_penalty, "cost_penalty").astype(jnp.float32)

@@ -331,14 +331,10 @@ def _titled(text: str, pieces: list, doc: int, source: Optional[str]) -> list:
 
 
 def _check_split(unit: str, max_tokens: Optional[int]) -> Optional[int]:
-  if unit not in UNITS:
-    raise ValueError(f"Unknown `unit` {unit!r}; use one of {', '.join(map(repr, UNITS))}.")
+  checks.choice(unit, "unit", UNITS)
   if max_tokens is None and unit == "passage":
     max_tokens = 128
-  if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                 or max_tokens < 1):
-    raise ValueError(f"`max_tokens` must be a positive int or None, got {max_tokens!r}.")
-  return max_tokens
+  return checks.integer(max_tokens, "max_tokens", none=True)
 
 
 def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] = None,

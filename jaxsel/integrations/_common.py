@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import numbers
 import os
 from typing import Any, NamedTuple, Optional, Sequence
@@ -23,9 +22,10 @@ import numpy as np
 import transformers
 
 import jaxsel
+from jaxsel._src import checks, methods
 
 # The methods that rank candidates for a query (`"coverage"` takes none, so it has no place here).
-METHODS = ("facility_location", "saturated_coverage", "mmr", "corag", "naive")
+METHODS = methods.NEEDS_QUERY  # the adapters always have a query
 ORDERS = ("input", "selection")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_METHOD = "facility_location"
@@ -56,37 +56,23 @@ class Pick(NamedTuple):
 
 # -- settings -------------------------------------------------------------------------------------
 def check_method(method) -> str:
-  if method not in METHODS:
-    raise ValueError(f"Unknown `method` {method!r}; the adapters take one of "
-                     f"{', '.join(map(repr, METHODS))}.")
-  return method
+  return checks.choice(method, "method", METHODS, hint=" (the adapters take the methods that "
+                       "read a query)")
 
 
 def check_order(order) -> str:
-  if order not in ORDERS:
-    raise ValueError(f"Unknown `order` {order!r}; use 'input' (the candidates' own order) or "
-                     "'selection' (pick order, most valuable first).")
-  return order
+  return checks.choice(order, "order", ORDERS, hint=" ('input': the candidates' own order; "
+                       "'selection': pick order, most valuable first)")
 
 
 def check_budget(budget):
   """None, or a whole number of tokens >= 1 (a float such as 512.0 is one; 0 would select
   nothing, ever)."""
-  if budget is None:
-    return None
-  if isinstance(budget, bool) or not isinstance(budget, numbers.Real) \
-      or not math.isfinite(budget) or budget < 1 or not float(budget).is_integer():
-    raise ValueError(f"`budget` must be a whole number of tokens >= 1 (or None: only `k` limits), "
-                     f"got {budget!r}.")
-  return budget
+  return checks.token_budget(budget, low=1, whole=True, none="only `k` limits")
 
 
 def check_k(k):
-  if k is None:
-    return None
-  if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-    raise ValueError(f"`k` must be a positive int or None, got {k!r}.")
-  return int(k)
+  return checks.integer(k, "k", none=True)
 
 
 def check_settings(*, method, budget, k, order) -> None:

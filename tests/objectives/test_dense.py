@@ -152,8 +152,8 @@ def test_matrix_beyond_memory_is_a_clear_error_before_allocating(monkeypatch):
     with pytest.raises(MemoryError, match="knn_facility_location"):
       build(huge)
   # The check follows the memory there is: with plenty free it lets a moderate matrix through.
-  from jaxsel._src import checks as _checks
-  monkeypatch.setattr(_checks, "available_bytes", lambda: 1 << 31)
+  from jaxsel._src import memory as _memory
+  monkeypatch.setattr(_memory, "available_bytes", lambda: 1 << 31)
   with pytest.raises(MemoryError, match="only 2.0 GiB is free"):
     jaxsel.cosine_similarity(np.ones((20_000, 4), np.float32))  # 2 × 1.6 GB
 

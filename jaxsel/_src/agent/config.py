@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsel._src import checks
+
 Array = jax.Array
 
 SETTINGS = ("iterations", "cost_penalty", "exploration")
@@ -58,8 +60,7 @@ class AgentConfig:
   iterations_choices: Optional[tuple] = None
 
   def __post_init__(self):
-    if not isinstance(self.in_dim, (int, np.integer)) or isinstance(self.in_dim, bool) or self.in_dim < 1:
-      raise ValueError(f"`in_dim` must be a positive int (the query-embedding width), got {self.in_dim!r}.")
+    checks.integer(self.in_dim, "in_dim", what=" (the query-embedding width)")
     scorers = self.scorers
     if isinstance(scorers, str) or not isinstance(scorers, Sequence):
       raise TypeError(f"`scorers` must be a sequence of scorer names, got {type(scorers).__name__}.")

@@ -33,6 +33,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from tqdm.auto import tqdm
 
+from jaxsel._src import checks
 from jaxsel._src.agent.config import SETTINGS, AgentConfig, denormalize_settings, normalize_settings
 from jaxsel._src.agent.loss import AgentBatch, LossWeights, agent_loss
 from jaxsel._src.agent.model import ConfigAgent, check_embeddings, forward, new_agent
@@ -134,8 +135,7 @@ class TrainConfig:
       raise ValueError(f"`select` must be one of {SELECTS}, got {self.select!r}.")
     for name in ("batch_size", "epochs"):
       v = getattr(self, name)
-      if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (1 if name == "batch_size" else 0):
-        raise ValueError(f"`{name}` must be a {'positive' if name == 'batch_size' else 'non-negative'} int, got {v!r}.")
+      checks.integer(v, name, low=1 if name == "batch_size" else 0)
     if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
       raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
     for name in ("alpha", "beta", "gamma", "margin"):

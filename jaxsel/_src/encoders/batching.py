@@ -19,6 +19,8 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxsel._src import checks
+
 MIN_BUCKET = 16
 
 
@@ -138,9 +140,7 @@ def packed_tokens(n_real: int, rows: int, length: int) -> Optional[int]:
 
 
 def check_batch_size(batch_size) -> int:
-  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-    raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
-  return int(batch_size)
+  return checks.integer(batch_size, "batch_size")
 
 
 def progress_bar(total: int, show: Optional[bool], desc: str):

@@ -15,6 +15,7 @@ from typing import Any
 
 import transformers
 
+from jaxsel._src import checks
 from jaxsel._src.base import BACKENDS
 
 BERT_TYPES = ("bert",)
@@ -58,8 +59,7 @@ class EncoderConfig:
       raise ValueError(f"Unsupported `hidden_act` {self.hidden_act!r}; use one of {_ACTIVATIONS}.")
     if self.num_labels < 0:
       raise ValueError(f"`num_labels` must be >= 0, got {self.num_labels}.")
-    if self.backend not in BACKENDS:
-      raise ValueError(f"Unknown `backend` {self.backend!r}; use one of {BACKENDS}.")
+    checks.choice(self.backend, "backend", BACKENDS)
 
   @property
   def padded_positions(self) -> bool:

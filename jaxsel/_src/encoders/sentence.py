@@ -117,8 +117,7 @@ class TokenizedModel:
     limit = self.config.max_tokens
     if max_length is None:
       max_length = min(limit, getattr(tokenizer, "model_max_length", limit) or limit)
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 3:
-      raise ValueError(f"`max_length` must be an int >= 3, got {max_length!r}.")
+    checks.integer(max_length, "max_length", low=3)
     if max_length > limit:
       raise ValueError(f"`max_length` {max_length} exceeds the {limit} positions this model has.")
     self.max_length = int(max_length)
@@ -151,8 +150,7 @@ class SentenceEncoder(TokenizedModel):
   def __init__(self, model: BertModel, tokenizer, *, pooling: str = "mean", normalize: bool = True,
                max_length: Optional[int] = None, prompts: Optional[dict] = None,
                name: str = ""):
-    if pooling not in POOLINGS:
-      raise ValueError(f"Unknown `pooling` {pooling!r}; use one of {POOLINGS}.")
+    checks.choice(pooling, "pooling", POOLINGS)
     super().__init__(model, tokenizer, max_length=max_length, name=name)
     self.pooling = pooling
     self.normalize = bool(normalize)

@@ -33,6 +33,7 @@ from typing import Optional
 
 import jax
 
+from jaxsel._src import checks
 from jaxsel._src.base import BACKENDS
 
 log = logging.getLogger("jaxsel")
@@ -121,8 +122,7 @@ def status() -> str:
 
 def check_backend(backend: str) -> str:
   """Validates a `backend` argument at the API boundary (before anything is traced)."""
-  if backend not in BACKENDS:
-    raise ValueError(f"Unknown `backend` {backend!r}; use one of {', '.join(map(repr, BACKENDS))}.")
+  checks.choice(backend, "backend", BACKENDS)
   if backend == "native" and not available():
     raise ValueError(f"`backend='native'` but the native kernels are unavailable ({_STATUS}); "
                      "use backend='auto' or 'xla'.")

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxsel._src import checks
 from jaxsel._src.objectives.knn_exact import transform, unit_rows
 
 _CHUNKS = 32  # progress steps per phase
@@ -62,9 +63,7 @@ def settings(method: str, options: Optional[Mapping[str, Any]], n: int) -> dict:
     raise ValueError(f"Unknown `options` {sorted(unknown)} for method {method!r}; its settings "
                      f"are {sorted(out)}.")
   for key, value in options.items():
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-      raise ValueError(f"`options[{key!r}]` must be a positive int, got {value!r}.")
-    out[key] = int(value)
+    out[key] = checks.integer(value, f"options[{key!r}]")
   if method == "ivf":
     out["nlist"] = min(out["nlist"], max(n, 1))
     out["nprobe"] = min(out["nprobe"], out["nlist"])

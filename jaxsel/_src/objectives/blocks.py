@@ -90,9 +90,7 @@ def check_nonneg_method(nonneg: str) -> None:
 
 
 def check_block(block, name: str = "block") -> int:
-  if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-    raise ValueError(f"`{name}` must be a positive int (candidates per block), got {block!r}.")
-  return block
+  return checks.integer(block, name, what=" (candidates per block)")
 
 
 def unit_embeddings(embeddings, eps: float = 1e-12) -> Array:

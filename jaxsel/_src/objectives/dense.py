@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsel._src import checks, native, pytree
+from jaxsel._src import checks, memory, native, pytree
 from jaxsel._src.base import Objective, Selection
 from jaxsel._src.numerics import NEGATIVE_FIX
 from jaxsel._src.objectives import cover_kernel, rows
@@ -208,7 +208,7 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
     if sym:
       _raise_bad(sim, least, bad)
       return keep if keep is not None else jax.device_put(sim)
-  out = checks.aligned_empty(sim.shape, dtype)
+  out = memory.aligned_empty(sim.shape, dtype)
   least, bad_in, bad_out = cover_kernel.host_copy(sim, out, transpose=not sym,
                                                    valid=valid if masked else None)
   _raise_bad(sim, least, bad_in)
@@ -222,7 +222,7 @@ def _numpy_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: 
   """The NumPy fallback of `_host_candidate_major` (no native kernels, or an input they do not
   take): the transpose tile by tile into an aligned buffer that `jax.device_put` shares."""
   n = sim.shape[-1]
-  out = checks.aligned_empty(sim.shape, dtype)
+  out = memory.aligned_empty(sim.shape, dtype)
   with np.errstate(over="ignore"):  # a float64 value beyond float32 is caught just below
     if transpose:
       for i in range(0, n, _HOST_BLOCK):
@@ -254,7 +254,7 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool, symmetric: O
   n = sim.shape[-1]
   batch = sim.shape[:-2]
   # The candidate-major copy (and, on the device, the masked one) must fit.
-  checks.check_fits(sim.shape, host_dtype if host is not None else sim.dtype,
+  memory.check_fits(sim.shape, host_dtype if host is not None else sim.dtype,
                     1 + (host is None and valid is not None),
                     "The candidate-major copy of `similarity`")
   if host is None:

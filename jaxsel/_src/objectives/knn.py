@@ -156,9 +156,7 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
   """
   check_nonneg_method(nonneg)
   block = check_block(block)
-  if method not in GRAPH_METHODS:
-    raise ValueError(f"Unknown `method` {method!r}; use one of "
-                     f"{', '.join(map(repr, GRAPH_METHODS))}.")
+  checks.choice(method, "method", GRAPH_METHODS)
   if options is not None and method == "exact":
     raise ValueError("`options` set an approximate index; the exact graph takes none.")
   if progress is not None and not isinstance(progress, bool):

@@ -72,13 +72,10 @@ def check_budget(budget, k, costs: np.ndarray) -> float:
   """The request's budget as a float (`NO_BUDGET`, inf, for None), checked against the
   cheapest of `costs` `[N]`; `k` checked too."""
   if k is not None:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-      raise ValueError(f"`k` must be a positive int or None, got {k!r}.")
+    checks.integer(k, "k", none=True)
   if budget is None:
     return NO_BUDGET
-  if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) \
-      or not math.isfinite(budget) or budget < 0:
-    raise ValueError(f"`budget` must be a finite number of tokens >= 0, got {budget!r}.")
+  checks.token_budget(budget)
   cheapest = int(np.min(costs)) if len(costs) else 0
   if budget < cheapest:
     raise ValueError(f"`budget` {budget:g} is below the smallest passage ({cheapest} tokens); "

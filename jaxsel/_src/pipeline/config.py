@@ -7,26 +7,13 @@ takes one (`config=`) or the same names as keyword arguments.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Optional
 
-from jaxsel._src import native
+from jaxsel._src import checks, native
 from jaxsel._src.greedy import METHODS as GREEDY_METHODS
 from jaxsel._src.methods import SCORERS, check_method
 from jaxsel._src.numerics import NONNEG_METHODS
 from jaxsel._src.text import UNITS
-
-
-def _positive_int(name: str, v) -> None:
-  if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-    raise ValueError(f"`{name}` must be a positive int, got {v!r}.")
-
-
-def _finite(name: str, v, low: float = -math.inf, high: float = math.inf, *, low_open=False) -> None:
-  if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-      or v < low or (low_open and v == low) or v > high:
-    bound = f"in ({low}, {high}]" if low_open else f"in [{low}, {high}]"
-    raise ValueError(f"`{name}` must be a finite number {bound}, got {v!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,30 +82,23 @@ class PipelineConfig:
 
   def __post_init__(self):
     check_method(self.method)
-    if self.unit not in UNITS:
-      raise ValueError(f"Unknown `unit` {self.unit!r}; use one of {', '.join(map(repr, UNITS))}.")
+    checks.choice(self.unit, "unit", UNITS)
     if self.max_tokens is not None:
-      _positive_int("max_tokens", self.max_tokens)
-    if self.greedy_method not in GREEDY_METHODS:
-      raise ValueError(f"Unknown `greedy_method` {self.greedy_method!r}; use one of "
-                       f"{', '.join(map(repr, GREEDY_METHODS))}.")
-    if self.nonneg not in NONNEG_METHODS:
-      raise ValueError(f"Unknown `nonneg` {self.nonneg!r}; use one of "
-                       f"{', '.join(map(repr, NONNEG_METHODS))}.")
+      checks.integer(self.max_tokens, "max_tokens")
+    checks.choice(self.greedy_method, "greedy_method", GREEDY_METHODS)
+    checks.choice(self.nonneg, "nonneg", NONNEG_METHODS)
     for name in ("candidates", "batch_size", "iterations"):
-      _positive_int(name, getattr(self, name))
+      checks.integer(getattr(self, name), name)
     if self.max_depth is not None:
-      _positive_int("max_depth", self.max_depth)
+      checks.integer(self.max_depth, "max_depth")
     for name in ("cache_size", "dense_limit"):
-      v = getattr(self, name)
-      if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"`{name}` must be an int >= 0, got {v!r}.")
-    _finite("diversity", self.diversity, 0.0, 1.0)
-    _finite("discount", self.discount, 0.0, 1.0, low_open=True)
-    _finite("exploration", self.exploration, 0.0)
-    _finite("cost_penalty", self.cost_penalty)
+      checks.integer(getattr(self, name), name, low=0)
+    checks.number(self.diversity, "diversity", 0.0, 1.0)
+    checks.number(self.discount, "discount", 0.0, 1.0, low_open=True)
+    checks.number(self.exploration, "exploration", 0.0)
+    checks.number(self.cost_penalty, "cost_penalty")
     if self.min_gain is not None:
-      _finite("min_gain", self.min_gain)
+      checks.number(self.min_gain, "min_gain")
     if not callable(self.corag_scorer) and self.corag_scorer not in SCORERS:
       raise ValueError(f"Unknown CORAG scorer {self.corag_scorer!r}; use one of "
                        f"{', '.join(map(repr, SCORERS))} or a callable (request) -> scorer.")

@@ -14,6 +14,7 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsel._src import checks
 from jaxsel._src.base import Selection
 from jaxsel._src.greedy import saturation_point
 
@@ -103,8 +104,7 @@ class SelectionResult:
   def context(self, *, order: str = "selection", numbered: bool = True) -> str:
     """The picked passages joined into one context. `order`: ``"selection"`` (pick order, most
     valuable first) or ``"document"`` (source order, for reading)."""
-    if order not in ("selection", "document"):
-      raise ValueError(f"Unknown `order` {order!r}; use 'selection' or 'document'.")
+    checks.choice(order, "order", ("selection", "document"))
     ps = list(self.passages)
     if order == "document" or self.unit == "word":
       ps.sort(key=lambda p: (p.doc, p.start))
