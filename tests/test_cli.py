@@ -12,6 +12,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -442,16 +444,23 @@ def _entries(folder: Path) -> set:
   return {p.name for p in folder.glob("*-cache")} if folder.exists() else set()
 
 
-@pytest.mark.slow
-def test_a_second_process_compiles_nothing_new(tmp_path):
+@pytest.fixture(scope="module")
+def first_cached_run(tmp_path_factory):
+  """One run of the command with the compilation cache in a new folder: (argv, environment,
+  cache folder, the finished process)."""
+  tmp_path = tmp_path_factory.mktemp("compile_cache")
   doc = str(DATA / "hotpotqa_wiki.md")
   argv = _command() + ["select", doc, "-q", QUESTION["question_text"], "--budget", "192",
                        "--json", "--quiet"]
   env = {k: v for k, v in os.environ.items() if k != "JAXSEL_COMPILE_CACHE"}
   env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
-  folder = tmp_path / "xdg" / "jaxsel" / "jax"
-
   first = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+  return argv, env, tmp_path / "xdg" / "jaxsel" / "jax", first
+
+
+@pytest.mark.slow
+def test_a_second_process_compiles_nothing_new(first_cached_run, tmp_path):
+  argv, env, folder, first = first_cached_run
   assert first.returncode == 0, first.stderr
   written = _entries(folder)
   assert any(name.startswith("jit__forward") for name in written), written  # the encoder
@@ -467,3 +476,151 @@ def test_a_second_process_compiles_nothing_new(tmp_path):
   assert r.returncode == 0, r.stderr
   assert not (off / "jaxsel").exists()
   assert json.loads(r.stdout) == json.loads(first.stdout)
+
+
+# ----------------------------------------------------------------------------- issue 20
+
+
+@pytest.mark.parametrize("behaviour,message", [
+    ("hangup", "closed the connection without a reply"),
+    ("banner", "the reply is not HTTP"),
+    ("truncated", "the reply ended early"),
+    ("reset", "reset the connection"),
+])
+def test_ask_broken_servers_are_one_line_errors(files, capsys, behaviour, message):
+  """A server that hangs up, speaks another protocol, cuts its reply short or resets the
+  connection: raw http.client errors escaped `ask` as a traceback."""
+  with doubles.chat_server() as (_, root):
+    argv = ["ask", "Who played Corliss Archer?", str(files / "corpus" / "temple.md"), "--quiet",
+            "--budget", "150", "--openai-url", f"{root}/{behaviour}/v1", "--openai-model", "m"]
+    last = _error(argv, 1, capsys)
+  assert f"{root}/{behaviour}/v1/chat/completions failed: " in last and message in last
+
+
+def test_ask_timeout_is_an_overall_deadline(files, capsys):
+  """`--timeout SECONDS` bounds a whole request: a server trickling its answer (which the old
+  per-read timeout never ended, and which no option could bound) fails after ~SECONDS."""
+  doc = str(files / "corpus" / "temple.md")
+  with doubles.chat_server() as (_, root):
+    argv = ["ask", "Who played Corliss Archer?", doc, "--quiet", "--budget", "150",
+            "--openai-url", f"{root}/trickle/v1", "--openai-model", "m"]
+    run(["select", doc, "-q", "warm-up", "--budget", "150", "--quiet"])  # compile outside the clock
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    last = _error(argv + ["--timeout", "0.5"], 1, capsys)
+    assert time.perf_counter() - t0 < 0.5 + 15  # the selection, then at most ~0.5 s of waiting
+    assert "/trickle/v1/chat/completions: no answer within timeout=0.5 s" in last
+    code, out = run(argv + ["--timeout", "60"])  # time enough: the trickled answer arrives
+    assert code == 0 and out == "stub answer\n"
+  assert "--timeout applies with --openai-url only" in _error(
+      ["ask", "Who?", doc, "--timeout", "5"], 2, capsys)
+  assert "--timeout" in _error(["ask", "Who?", doc, "--timeout", "0"], 2, capsys)
+
+
+def test_crlf_file_offsets_index_the_file(files, tmp_path):
+  """A CRLF file was read with newline translation, so `--json` start/end pointed into a text
+  that is not the file's (0 of 3 spans matched); they index the file as read now."""
+  lf = (files / "corpus" / "temple.md").read_text("utf-8")
+  crlf = tmp_path / "temple-crlf.md"
+  crlf.write_bytes(lf.replace("\n", "\r\n").encode("utf-8"))
+  content = open(crlf, encoding="utf-8", newline="").read()
+  assert "\r\n" in content
+  base = ["-q", "Who played Corliss Archer?", "--budget", "150", "--json", "--quiet"]
+  code, out = run(["select", str(crlf)] + base)
+  assert code == 0
+  d = json.loads(out)
+  assert d["selected"]
+  for s in d["selected"]:
+    assert content[s["start"]:s["end"]] == s["text"]
+  code, out = run(["select", str(files / "corpus" / "temple.md")] + base)
+  want = json.loads(out)  # the same passages as the LF file's, up to the line ends
+  assert d["num_candidates"] == want["num_candidates"]
+  assert [s["text"].replace("\r\n", "\n") for s in d["selected"]] == [
+      s["text"] for s in want["selected"]]
+
+
+def test_budget_prints_as_given_and_subcommand_usage(files, capsys):
+  """`demo --budget 400` printed "400.0 tokens"; `select notes.md --bogus` printed the top-level
+  usage instead of `select`'s."""
+  parser = cli.build_parser()
+  assert repr(parser.parse_args(["demo", "--budget", "400"]).budget) == "400"
+  assert repr(parser.parse_args(["demo", "--budget", "400.5"]).budget) == "400.5"
+  code, out = run(["demo", "--budget", "400", "--no-answer", "--quiet"])
+  assert code == 0 and re.search(r"(?m)^budget\s*: 400 ", out), out
+  for argv, usage in [(["select", "notes.md", "--bogus"], "usage: jaxsel select "),
+                      (["index", "build", "d", "--out", "i", "--bogus"], "usage: jaxsel index build "),
+                      (["ask", "Who?", "d.md", "--bogus", "1"], "usage: jaxsel ask ")]:
+    assert run(argv) == (2, "")
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and "error: unrecognized arguments: --bogus" in err, err
+
+
+def test_large_input_says_how_many_passages_it_embeds(files, capsys, monkeypatch):
+  """A 20 MB input under --quiet showed nothing for 36 minutes; an input over
+  LARGE_INPUT_CHARS now prints one line with the number of passages it embeds."""
+  path = str(files / "corpus" / "temple.md")
+  argv = ["select", path, "-q", "Who played Corliss Archer?", "--budget", "150", "--json"]
+  code, out = run(argv + ["--quiet"])
+  assert code == 0 and capsys.readouterr().err == ""  # small: --quiet stays silent
+  monkeypatch.setattr(cli, "LARGE_INPUT_CHARS", 1000)
+  code, out = run(argv + ["--quiet"])
+  assert code == 0
+  n = json.loads(out)["num_candidates"]
+  err = capsys.readouterr().err
+  assert err == (f"jaxsel: embedding {n} passages from 1 file(s) "
+                 f"({len(Path(path).read_text('utf-8')) / 1e6:.1f} M characters); on a CPU "
+                 "this takes minutes\n")
+
+
+def test_unreadable_compile_cache_entries_are_removed_with_one_line(tmp_path, capsys):
+  folder = tmp_path / "jax"
+  folder.mkdir()
+  h1, h2 = "a" * 64, "b" * 64
+  names = [f"jit_f-{h1}-cache", f"jit_f-{h1}-atime", f"jit_f-{h2}-cache", f"jit_f_2-{h1}-cache",
+           f"jit_g-{h1}-cache", "notes.txt"]
+  for n in names:
+    (folder / n).write_bytes(b"x")
+  with cli.repairing_compile_cache(folder, quiet=False):
+    warnings.warn("Error reading persistent compilation cache entry for 'jit_f': "
+                  "ZstdError: could not decompress data\nmore lines")
+    warnings.warn("Error reading persistent compilation cache entry for "
+                  f"'jit_g-{h1}': XlaRuntimeError: bad")
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 2 and "'jit_f'" in err[0] and "removed 2 cache entries" in err[0]
+  assert "(ZstdError: could not decompress data);" in err[0]
+  assert "removed 1 cache entry," in err[1]
+  assert sorted(p.name for p in folder.iterdir()) == [f"jit_f_2-{h1}-cache", "notes.txt"]
+  with cli.repairing_compile_cache(folder, quiet=True):
+    warnings.warn("Error reading persistent compilation cache entry for 'jit_h': X: y")
+  assert capsys.readouterr().err == ""
+  with pytest.warns(UserWarning, match="something else"):  # other warnings pass through
+    with cli.repairing_compile_cache(folder, quiet=True):
+      warnings.warn("something else")
+
+
+@pytest.mark.slow
+def test_corrupt_compile_cache_entries_are_rewritten_once(first_cached_run):
+  """Corrupt entries of the command's compilation cache were never repaired: every later run
+  printed JAX's multi-line warnings, even with --quiet. Now the run that meets one deletes it
+  and stores the program it compiles instead, silently under --quiet; the next run is clean."""
+  argv, env, folder, first = first_cached_run  # (the keys depend on the folder: not copied)
+  assert first.returncode == 0 and first.stderr == "", first.stderr
+
+  def entries():
+    return {p.name: p.read_bytes() for p in folder.glob("*-cache")}
+
+  written = entries()
+  assert len(written) > 5
+  for i, name in enumerate(sorted(written)):  # truncated (a killed writer) or overwritten
+    (folder / name).write_bytes(written[name][:len(written[name]) // 2] if i % 2 else b"\0" * 64)
+  corrupt = entries()
+  second = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+  assert second.returncode == 0 and second.stderr == "", second.stderr
+  assert json.loads(second.stdout) == json.loads(first.stdout)
+  repaired = entries()
+  assert set(repaired) == set(written)
+  assert all(repaired[n] != corrupt[n] for n in repaired)  # every bad entry was rewritten
+  third = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+  assert third.returncode == 0 and third.stderr == "", third.stderr
+  assert entries() == repaired  # read back, nothing compiled or written again
+  assert json.loads(third.stdout) == json.loads(first.stdout)
