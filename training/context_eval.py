@@ -148,21 +148,24 @@ def _settings(pipe) -> dict:
 
 def run_pipelines(pipes: Dict[str, object], examples: Sequence[QAExample], store: RunStore, *,
                   budgets: Sequence[int] = BUDGETS, settings: Optional[Dict[str, dict]] = None,
-                  save_every: int = 25, progress: Optional[Callable[[int, int], None]] = None) -> None:
+                  save_every: int = 25, progress: Optional[Callable[[int, int], None]] = None,
+                  candidates: Optional[Callable[[QAExample], list]] = None) -> None:
   """`pipe.select(question, documents, budget=B)` for every question, method and budget not in
   `store` yet; records the picks and the wall time of each call (embeddings come from the
   encoder's cache when it has one). A method's stored runs are kept while its `settings`
-  (default: the Pipeline's search settings) are unchanged."""
+  (default: the Pipeline's search settings) are unchanged. `candidates(example)` replaces the
+  documents (e.g. whole paragraphs as `Passage`s, which the Pipeline takes as they are)."""
   runs = dict(pipes)
   settings = settings or {}
   stored = {m: store.method(m, settings.get(m) or _settings(p)) for m, p in runs.items()}
   for i, ex in enumerate(examples):
-    docs = qa_sets.documents(ex)
+    docs = qa_sets.documents(ex) if candidates is None else candidates(ex)
     todo = [(m, b) for m in runs for b in budgets if ex.id not in stored[m].get(str(b), {})]
     if not todo:
       continue
     if ex.id not in store.data["pieces"]:
-      store.data["pieces"][ex.id] = pieces_of(next(iter(runs.values())).split(docs))
+      store.data["pieces"][ex.id] = pieces_of(
+          docs if candidates is not None else next(iter(runs.values())).split(docs))
     for m, b in todo:
       t0 = time.perf_counter()
       res = runs[m].select(ex.question, docs, budget=b)

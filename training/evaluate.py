@@ -17,6 +17,11 @@ picks per set and method; a rerun with everything cached takes a few minutes):
   agent trained on all tuning sets.
 * `notitle`: NaiveRAG, mentions_links and the default on HotpotQA test, MuSiQue and 2Wiki
   with bare paragraphs as documents (no `"title: "`).
+* `forms`: three candidate forms side by side on HotpotQA test, MuSiQue and 2Wiki
+  (`training/forms_eval.py`): whole paragraphs as `Passage`s with titles, the same without
+  titles, and documents split by the Pipeline; NaiveRAG, the bridge scorer and the learned
+  second-hop scorer (`--hop-weights SET=file` for a model trained without that dataset);
+  strict joint recall (every gold paragraph picked whole) as the headline, any piece beside it.
 
 Writes a JSON report (`--out`) and, with `--readme`, the `## Evaluation` section of that
 markdown file.
@@ -42,11 +47,11 @@ sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an ins
 
 import jaxsel  # noqa: E402
 from jaxsel.files import atomic_write, file_sha256  # noqa: E402
-from training import agent_eval, answers, context_eval, crossval, qa_sets  # noqa: E402
+from training import agent_eval, answers, context_eval, crossval, forms_eval, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
 SECTION = "## Evaluation"
-PARTS = ("tables", "crossval", "agent", "notitle")
+PARTS = ("tables", "crossval", "agent", "notitle", "forms")
 NOTITLE_SETS = ("hotpot_test", "musique", "2wiki")
 NOTITLE_METHODS = ("naive", "mentions_links", "default")
 TABLE_SETS = ("hotpot_test", "hotpot_train", "musique", "2wiki")
@@ -71,6 +76,12 @@ def parse_args(argv=None):
   p.add_argument("--out", default=os.path.join(ROOT, "out", "evaluation.json"))
   p.add_argument("--readme", default=None, help="write the section into this markdown file")
   p.add_argument("--no-progress", action="store_true")
+  p.add_argument("--hop-weights", default="",
+                 help="part forms: SET=file.safetensors,...: learned weights trained without SET")
+  p.add_argument("--forms-limit", default="",
+                 help="part forms: SET=N,...: first N questions of SET only")
+  p.add_argument("--forms-batched", action="store_true",
+                 help="part forms: whole paragraphs through the batched compiled solve, not select")
   return p.parse_args(argv)
 
 
@@ -271,6 +282,23 @@ def tables_markdown(res: dict, budgets) -> list:
   return lines
 
 
+def run_forms(ws: Workspace, budgets) -> dict:
+  weights = dict(kv.split("=", 1) for kv in ws.args.hop_weights.split(",") if kv)
+  limits = {k: int(v) for k, v in (kv.split("=", 1) for kv in ws.args.forms_limit.split(",") if kv)}
+  out = {}
+  for name in NOTITLE_SETS:
+    for form in forms_eval.FORMS:
+      run = forms_eval.run_batched if ws.args.forms_batched and form != "split" else forms_eval.run_set
+      if ws.args.forms_batched and form == "split" and name != qa_sets.TEST:
+        continue  # split documents need embeddings of their pieces: HotpotQA test only then
+      res = run(name, form, base=ws._encoder(), cache=forms_eval.hop_features.CACHE,
+                               limit=limits.get(name), weights=weights.get(name), budgets=budgets,
+                               log=log)
+      out[f"{name}:{form}"] = forms_eval.summary(res, budgets, n_resamples=ws.args.resamples)
+      jax.clear_caches()
+  return {"rows": out, "weights": weights, "limits": limits}
+
+
 def crossval_markdown(cv: dict, budgets) -> list:
   lines = ["| held out (questions) | configuration chosen on the other groups | NaiveRAG " + "/".join(map(str, budgets))
            + " | " + " | ".join(f"Δ{b} [CI]" for b in budgets) + " | default Δ" + "/".join(map(str, budgets))
@@ -361,6 +389,19 @@ def markdown(report: dict, command: str) -> str:
               "\"best fixed\" is the menu scorer best on the training groups; the menu oracle takes each "
               "question's best scorer (the ceiling of any agent over this menu).", ""]
     lines += agent_markdown(ag, budgets) + [""]
+  if "forms" in report:
+    f = report["forms"]
+    lines += ["### Candidate forms: whole paragraphs with and without titles, split documents", "",
+              "Each question's paragraphs as one `jaxsel.Passage` each (the form the framework adapters "
+              "produce): `\"title: paragraph\"` with `Passage.title` set, or the bare paragraph with no "
+              "title anywhere; and `\"title: paragraph\"` documents split by the Pipeline. Strict joint "
+              "recall = every gold paragraph picked whole (for whole paragraphs the same as any piece; for "
+              "split documents any-piece joint recall is in brackets). `learned_hops`: the learned "
+              "second-hop scorer (`training/train_hops.py`); on MuSiQue and 2Wiki its weights were trained "
+              "without that dataset (" + (", ".join(f"{k}: `{v}`" for k, v in f["weights"].items()) or "shipped weights")
+              + "). Oracle room: whole gold paragraphs, cheapest first, minus NaiveRAG."
+              + (" Subsets: " + ", ".join(f"first {v} of {k}" for k, v in f["limits"].items()) + "." if f["limits"] else ""), ""]
+    lines += forms_eval.forms_markdown(f["rows"], budgets)
   if "notitle" in report:
     lines += ["### Documents without titles", "",
               "The same questions with bare paragraphs as documents (no leading `title: `): the bridge "
@@ -446,6 +487,8 @@ def main(argv=None, *, encoder=None) -> int:
   if "notitle" in parts:
     report["notitle"] = run_tables(ws, [f"{s}:notitle" for s in NOTITLE_SETS],
                                    [m for m in NOTITLE_METHODS if m in methods], budgets)
+  if "forms" in parts:
+    report["forms"] = run_forms(ws, budgets)
   report["seconds"] = time.time() - t0
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   atomic_write(args.out, json.dumps(report, indent=1, default=str).encode("utf-8"))

@@ -33,6 +33,7 @@ from jaxsel._src.objectives.dense import coverage, facility_location, saturated_
 from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
                                                 saturated_coverage_from_embeddings)
 from jaxsel._src.scorers.basic import link_scorer, objective_scorer, pairwise_scorer, relevance_scorer
+from jaxsel._src.scorers.hops import hop_scorer, learned_hop_scorer, load_hop_params
 
 Array = jax.Array
 
@@ -170,11 +171,46 @@ def _bridge(req: Request, discount, *, mention: float, link: float, entities: fl
           + entities * link_scorer(shared * v[None, :], source=v))
 
 
+def _hops(req: Request, discount):
+  """Relevance plus the relevance to the query moved towards an earlier pick
+  (`scorers.hops.hop_scorer`; no training, no extra encoder calls). Not discounted."""
+  del discount
+  return hop_scorer(best_relevance(req), req.similarity, valid=req.valid)
+
+
+def _learned_hops(req: Request, discount, *, params=None):
+  """The learned second-hop scorer (`scorers.hops.learned_hop_scorer`) with the shipped weights
+  (`jaxsel/data/hop_scorer.safetensors`, SHA-256 checked) or `params`. Not discounted."""
+  del discount
+  params = load_hop_params() if params is None else params
+  return learned_hop_scorer(params, relevance=best_relevance(req), similarity=req.similarity,
+                            links=req.links, entities=req.entities, mentioned=req.mentioned,
+                            costs=req.costs, valid=req.valid)
+
+
+def learned_hops_builder(params):
+  """A `corag_scorer` builder `(request) -> scorer` of the learned second-hop scorer with other
+  weights (e.g. a model trained without one dataset, `training/train_hops.py`)."""
+  return _ParamsBuilder(params)
+
+
+class _ParamsBuilder:
+  """Hashable by identity (a static argument of the compiled solve)."""
+
+  def __init__(self, params):
+    self.params = params
+
+  def __call__(self, req: Request):
+    return _learned_hops(req, 1.0, params=self.params)
+
+
 # Name -> builder(request, discount) -> scorer. All are cheap (no model calls), so they can be
 # swept over a grid. The link/mention weights were chosen on the 300 training questions of the
 # HotpotQA split (exhaustive search over sets of up to 4 passages at 256 tokens).
 SCORERS: Mapping[str, Callable] = {
     "bridge": functools.partial(_bridge, **BRIDGE_WEIGHTS),
+    "learned_hops": _learned_hops,
+    "hops": _hops,
     "relevance": _relevance_scorer,
     "facility_location": functools.partial(_objective_scorer, "facility_location"),
     "saturated_coverage": functools.partial(_objective_scorer, "saturated_coverage"),
@@ -185,7 +221,7 @@ SCORERS: Mapping[str, Callable] = {
                                                mention_weight=2.0, relevance_source=False),
 }
 # Scorers that read the text signals (the Pipeline computes them only for these).
-USES_TEXT_SIGNALS = ("bridge", "links", "mentions_links", "mentions_links_strong")
+USES_TEXT_SIGNALS = ("bridge", "learned_hops", "links", "mentions_links", "mentions_links_strong")
 
 
 def scorer(name, req: Request, *, discount=1.0):

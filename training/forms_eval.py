@@ -1,0 +1,200 @@
+"""Selection through `jaxsel.Pipeline` with whole paragraphs as `Passage`s, titled and untitled.
+
+The form the framework adapters produce: each paragraph of a question is one `jaxsel.Passage`
+(`training/hop_features.paragraph_passages`), either `"title: paragraph"` with `Passage.title`
+set, or the bare paragraph with no title anywhere. Per question, method and budget:
+`pipe.select(question, passages, budget=B)`; the picks are stored (`context_eval.RunStore`,
+resumable) and scored by `context_eval.question_metrics` (a paragraph is one piece here, so
+*strict* joint recall, every gold paragraph picked whole, equals joint recall of any piece).
+
+Methods (`METHODS`): NaiveRAG, the bridge scorer (the default before the learned scorer), and
+the learned second-hop scorer. For a leave-one-dataset-out row, the learned scorer's weights
+come from a model trained without that dataset (`--weights SET=path.safetensors`).
+
+    python training/forms_eval.py --sets hotpot_test,musique,2wiki \\
+        --weights musique=out/hops/no_musique.safetensors,2wiki=out/hops/no_2wiki.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jaxsel  # noqa: E402
+from jaxsel._src import methods  # noqa: E402
+from jaxsel._src.io import atomic_write, file_sha256  # noqa: E402
+from jaxsel._src.scorers import hops  # noqa: E402
+from training import context_eval, hop_features, hop_search  # noqa: E402
+
+BUDGETS = (128, 256, 384)
+# Candidate forms: whole paragraphs as titled / untitled `Passage`s, or "title: paragraph"
+# documents split by the Pipeline (pieces of ≤ 128 word pieces; embeddings shared with "titled").
+FORMS = hop_features.FORMS + ("split",)
+FORM_LABELS = {"titled": "whole paragraphs, titled", "untitled": "whole paragraphs, no titles",
+               "split": "documents split by the Pipeline"}
+METHODS = {
+    "naive": ("NaiveRAG", {"method": "naive"}),
+    "bridge": ("CORAG bridge (+ top-up)", {"method": "corag", "corag_scorer": "bridge"}),
+    "learned_hops": ("CORAG learned_hops (+ top-up)", {"method": "corag", "corag_scorer": "learned_hops"}),
+}
+
+
+def run_set(name: str, form: str, *, base, cache: str, limit=None, weights=None,
+            methods_=tuple(METHODS), budgets=BUDGETS, log=print) -> dict:
+  """Runs and scores one set in one form; -> `{budget: {method: {metric: [Q]}}}` plus `n`."""
+  examples = hop_features.load_examples(name, limit=limit)
+  enc = hop_features.encoder_for(name, "titled" if form == "split" else form, cache=cache, base=base)
+  pipe = jaxsel.Pipeline(enc, cache_size=64)
+  pipes, settings = {}, {}
+  for m in methods_:
+    cfg = dict(METHODS[m][1])
+    settings[m] = {**cfg, **context_eval.scorer_settings(cfg.get("corag_scorer"))}
+    if m == "learned_hops":
+      path = weights or hops.WEIGHTS
+      cfg["corag_scorer"] = methods.learned_hops_builder(hops.load_hop_params(path))
+      settings[m]["weights_sha256"] = file_sha256(path)
+    pipes[m] = pipe.replace(**cfg)
+  tag = "" if limit is None else f"_first{limit}"
+  store = context_eval.RunStore(os.path.join(cache, f"runs_{name}_{form}{tag}.json"))
+  t0 = time.time()
+  if form == "split":
+    context_eval.run_pipelines(pipes, examples, store, budgets=budgets, settings=settings)
+  else:
+    inputs = {ex.id: hop_features.paragraph_passages(ex, form, enc.tokenizer) for ex in examples}
+    context_eval.run_pipelines(pipes, examples, store, budgets=budgets, settings=settings,
+                               candidates=lambda ex: inputs[ex.id])
+  enc.save()
+  log(f"{name} {form}: {len(examples)} questions in {time.time() - t0:.0f}s")
+  out = {"n": len(examples)}
+  for b in budgets:
+    out[b] = {m: context_eval.stored_metrics(store, examples, m, b) for m in pipes}
+    out[b]["oracle"] = context_eval.oracle_metrics(store, examples, b, "paragraph")
+  return out
+
+
+def run_batched(name: str, form: str, *, base, cache: str, limit=None, weights=None,
+                methods_=tuple(METHODS), budgets=BUDGETS, log=print) -> dict:
+  """`run_set` for the whole-paragraph forms through the Pipeline's compiled solve batched over
+  the questions (`training/hop_search.py`: the same padding, request, scorer, search and top-up
+  as `select`; NaiveRAG in NumPy), for machines where one `select` per question is too slow."""
+  feats = hop_features.load(name, form, cache=cache, base=base, limit=limit)
+  t0 = time.time()
+  out = {"n": len(feats)}
+  nan = np.full(len(feats), np.nan)
+  for b in budgets:
+    out[b] = {"oracle": hop_search.oracle(feats, budget=b)}
+    for m in methods_:
+      if m == "naive":
+        picks = hop_search.naive(feats, budget=b)
+      else:
+        scorer = METHODS[m][1]["corag_scorer"]
+        if m == "learned_hops":
+          scorer = methods.learned_hops_builder(hops.load_hop_params(weights or hops.WEIGHTS))
+        picks = hop_search.select(feats, scorer, budget=b)
+      strict = hop_search.strict_joint(feats, picks)
+      out[b][m] = {"strict": strict, "joint": strict, "recall": hop_search.recall(feats, picks),
+                   "ms": nan}
+  log(f"{name} {form}: {len(feats)} questions, batched, in {time.time() - t0:.0f}s")
+  return out
+
+
+def summary(res: dict, budgets=BUDGETS, *, n_resamples: int = 10_000) -> dict:
+  """Means in % and paired bootstrap CIs of the difference from NaiveRAG (strict joint)."""
+  out = {"n": res["n"]}
+  for b in budgets:
+    per = res[b]
+    row = {"naive": float(np.mean(per["naive"]["strict"]) * 100),
+           "naive_any": float(np.mean(per["naive"]["joint"]) * 100),
+           "oracle_room": float((np.mean(per["oracle"]) - np.mean(per["naive"]["strict"])) * 100)}
+    for m in per:
+      if m in ("naive", "oracle"):
+        continue
+      row[m] = float(np.mean(per[m]["strict"]) * 100)
+      row[m + "_diff"] = context_eval.ci(per[m]["strict"], per["naive"]["strict"],
+                                         n_resamples=n_resamples)._asdict()
+      row[m + "_any"] = float(np.mean(per[m]["joint"]) * 100)
+      row[m + "_any_diff"] = context_eval.ci(per[m]["joint"], per["naive"]["joint"],
+                                             n_resamples=n_resamples)._asdict()
+      row[m + "_ms"] = float(np.median(per[m]["ms"]))
+    out[b] = row
+  return out
+
+
+def _ci(d: dict) -> str:
+  return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
+
+
+def forms_markdown(report: dict, budgets=BUDGETS, methods_=("bridge", "learned_hops")) -> list:
+  """One table per budget: a row per (set, candidate form); strict joint recall (every gold
+  paragraph picked whole) with Δ vs NaiveRAG [95% paired bootstrap CI], any-piece beside it."""
+  lines = []
+  for b in budgets:
+    lines += [f"#### Budget {b} tokens: strict joint recall % (Δ vs NaiveRAG [95% CI]); any piece in brackets", "",
+              "| set (questions) | candidates | NaiveRAG | " + " | ".join(
+                  f"{METHODS[m][0]} Δ" for m in methods_) + " | oracle room |",
+              "|---" * (4 + len(methods_)) + "|"]
+    for key, r in report.items():
+      name, form = key.split(":")
+      row = r[str(b)] if str(b) in r else r[b]
+      cells = []
+      for m in methods_:
+        if m not in row:
+          cells.append("–")
+          continue
+        cells.append(f"{row[m]:.1f} ({_ci(row[m + '_diff'])})" + (
+            f" [any {row[m + '_any']:.1f}, Δ {row[m + '_any_diff']['mean']:+.1f}]" if form == "split" else ""))
+      naive = f"{row['naive']:.1f}" + (f" [any {row['naive_any']:.1f}]" if form == "split" else "")
+      lines.append(f"| {hop_features.LABELS.get(name, name)} ({r['n']}) | {FORM_LABELS[form]} | {naive} | "
+                   + " | ".join(cells) + f" | {row['oracle_room']:+.1f} |")
+    lines.append("")
+  return lines
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--sets", default="hotpot_test,musique,2wiki")
+  p.add_argument("--forms", default=",".join(FORMS))
+  p.add_argument("--methods", default=",".join(METHODS))
+  p.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
+  p.add_argument("--limit", default=None, help="N, or SET=N,SET=N: first questions only")
+  p.add_argument("--weights", default="", help="SET=path,...: learned weights per set (default shipped)")
+  p.add_argument("--cache", default=hop_features.CACHE)
+  p.add_argument("--out", default=os.path.join(ROOT, "out", "hops", "forms.json"))
+  p.add_argument("--batched", action="store_true",
+                 help="whole-paragraph forms through the batched compiled solve (hop_search)")
+  args = p.parse_args(argv)
+  weights = dict(kv.split("=", 1) for kv in args.weights.split(",") if kv)
+  limits = {}
+  if args.limit:
+    for kv in args.limit.split(","):
+      k, _, v = kv.rpartition("=")
+      limits[k or "*"] = int(v)
+  budgets = [int(b) for b in args.budgets.split(",")]
+  base = jaxsel.load_encoder(hop_features.ENCODER)
+  report = {}
+  for name in args.sets.split(","):
+    for form in args.forms.split(","):
+      run = run_batched if args.batched and form != "split" else run_set
+      res = run(name, form, base=base, cache=args.cache, limit=limits.get(name, limits.get("*")),
+                    weights=weights.get(name), methods_=args.methods.split(","), budgets=budgets)
+      report[f"{name}:{form}"] = s = summary(res, budgets)
+      for b in budgets:
+        r = s[b]
+        print(f"{name:12s} {form:8s} B={b}: naive {r['naive']:.1f} room {r['oracle_room']:+.1f} | " + " | ".join(
+            f"{m} {r[m]:.1f} ({context_eval.fmt_ci(context_eval.evaluation.Interval(**r[m + '_diff']))})"
+            for m in args.methods.split(",") if m != "naive"), flush=True)
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  atomic_write(args.out, json.dumps(report, indent=1).encode("utf-8"))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
