@@ -1,19 +1,16 @@
 """Every Python block of the README runs as written: the README is the contract a newcomer
-copies. The blocks run in order in one namespace (a later block may use an earlier one's
-names, as a reader would); the names the README leaves to the reader (`document`, `llm`, your
-own `embeddings`, ...) are defined by `reader_inputs` below from the bundled data."""
+copies. No glue: the blocks run in order in one namespace, as a reader pastes them into one
+session, and each defines the inputs it uses (the bundled document, a placeholder `llm`, random
+embeddings), except the framework adapters' blocks, which say they use the first example's
+`enc`, `pipe` and `document`."""
 
+import builtins
 import os
 import re
+import symtable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
-
-import jaxsel
-from jaxsel.cli import DEMO_DOCUMENT
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")
 
@@ -23,41 +20,29 @@ def blocks() -> list:
   return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-def reader_inputs(tmp_path) -> dict:
-  """What a reader brings: a document, an LLM call, embeddings of their own, a saved agent."""
-  rng = np.random.default_rng(0)
-  document = DEMO_DOCUMENT.read_text("utf-8")
-  embeddings = rng.normal(size=(100, 384)).astype(np.float32)
-  agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=384, scorers=("relevance", "links")),
-                             rngs=nnx.Rngs(0))
-  jaxsel.save_agent(agent, tmp_path / "out" / "agent")
-  return {
-      "document": document,
-      "documents": [document, "A second document about Kansas City."],
-      "llm": lambda prompt: prompt[:10],
-      "embeddings": embeddings,
-      "texts": [f"passage {i}" for i in range(100)],
-      "urls": [f"https://example.org/{i}" for i in range(100)],
-      "query_embeddings": rng.normal(size=(3, 384)).astype(np.float32),
-      "query_embedding": rng.normal(size=384).astype(np.float32),
-      "passages": ["Shirley Temple was an actress.", "Kiss and Tell is a 1945 film."],
-  }
-
-
 def test_every_python_block_runs(tmp_path, monkeypatch):
   code = blocks()
   assert len(code) >= 8
   monkeypatch.chdir(tmp_path)
-  ns = reader_inputs(tmp_path)
-  ns["encoder"] = None  # set below, once the README has loaded one
+  ns = {}
   for i, block in enumerate(code):
-    if "encoder" in block and ns.get("enc") is not None:
-      ns["encoder"] = ns["enc"]
     try:
       exec(compile(block, f"README.md python block {i + 1}", "exec"), ns)
     except Exception as e:  # name the block, not just the line
       pytest.fail(f"README python block {i + 1} failed: {type(e).__name__}: {e}\n{block}")
   assert ns["picks"].indices.shape == (2, 5) and int(ns["sel"].count) == 10
+
+
+def test_each_block_defines_the_names_it_uses():
+  """Pasted on its own, a block finds every name it reads: its own or Python's. The adapters'
+  blocks are the exception they state (the first example's `enc`, `pipe`, `document`)."""
+  for i, block in enumerate(blocks()):
+    if "as in the first example" in block:
+      continue
+    table = symtable.symtable(block, f"block {i + 1}", "exec")
+    free = {s.get_name() for s in table.get_symbols()
+            if s.is_referenced() and not s.is_assigned() and not s.is_imported()}
+    assert not free - set(dir(builtins)), f"README python block {i + 1} uses {free}, undefined"
 
 
 def test_core_example_runs():
