@@ -3,7 +3,9 @@ persistent compilation cache.
 
 Rows (each a fresh process on the bundled document, `jaxsel/data/hotpotqa_wiki.md`):
 
-* `import jaxsel.cli`: the floor, a process that only imports the command;
+* `import jax`, `import jaxsel`, `import jaxsel.cli`: processes that only import (`import
+  jaxsel` loads each public name on first use, so it should cost no more than `import jax`);
+* `jaxsel select` of a missing file: the one-line error, reported before JAX loads;
 * `select`, cache off: `--no-compile-cache`, every program compiled (what every process paid
   before the cache);
 * `select`, first process: an empty cache folder, filled by this process;
@@ -12,7 +14,9 @@ Rows (each a fresh process on the bundled document, `jaxsel/data/hotpotqa_wiki.m
   `--json` timings: loading the answer model, selecting, generating.
 
 Each `select` row is repeated (`--repeats`, a fresh cache folder for every first process);
-the table gives the median and the range. Run from the repository root:
+the table gives the median and the range of the wall time, and the median CPU time (user +
+system) of the process, which other jobs on a shared machine inflate much less than the wall
+time. Run from the repository root:
 
     .venv/bin/python bench/cli.py [--repeats 3] [--no-ask]
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,14 +46,21 @@ def command() -> list:
   return [exe] if exe else [sys.executable, "-m", "jaxsel.cli"]
 
 
-def timed(argv: list, env: dict) -> tuple:
-  """(seconds, stdout) of one process; fails loudly if it fails."""
-  t0 = time.perf_counter()
+def _children_cpu() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list, env: dict, *, status: int = 0) -> tuple:
+  """(wall seconds, CPU seconds, stdout) of one process; fails loudly unless it exits with
+  `status`."""
+  cpu0, t0 = _children_cpu(), time.perf_counter()
   r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
-  seconds = time.perf_counter() - t0
-  if r.returncode != 0:
-    raise SystemExit(f"{' '.join(argv)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
-  return seconds, r.stdout
+  seconds, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
+  if r.returncode != status:
+    raise SystemExit(f"{' '.join(argv)} exited with {r.returncode}, not {status}:\n"
+                     f"{r.stderr[-2000:]}")
+  return seconds, cpu, r.stdout
 
 
 def entries(folder: Path) -> int:
@@ -59,6 +71,12 @@ def summary(values: list) -> str:
   if len(values) == 1:
     return f"{values[0]:.1f}"
   return f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
+
+
+def row(name: str, runs: list, note: str = "—") -> tuple:
+  """A table row from (wall, CPU, ...) runs: wall median (range), CPU median, note."""
+  return (name, summary([r[0] for r in runs]), f"{statistics.median(r[1] for r in runs):.1f}",
+          note)
 
 
 def main(argv=None) -> int:
@@ -73,43 +91,51 @@ def main(argv=None) -> int:
   rows = []
   work = Path(tempfile.mkdtemp(prefix="jaxsel-bench-cli-"))
   try:
-    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
-          file=sys.stderr)
-    floor = [timed([sys.executable, "-c", "import jaxsel.cli"], base_env)[0]
-             for _ in range(args.repeats)]
-    rows.append(("`import jaxsel.cli` only", summary(floor), "—"))
-    off = [timed(select + ["--no-compile-cache"], base_env)[0] for _ in range(args.repeats)]
-    rows.append(("`jaxsel select`, cache off (`--no-compile-cache`)", summary(off), "—"))
+    load = [os.getloadavg()[0]]
+    print(f"load average at start: {load[0]:.1f} on {os.cpu_count()} cores", file=sys.stderr)
+    for module in ("jax", "jaxsel", "jaxsel.cli"):
+      runs = [timed([sys.executable, "-c", f"import {module}"], base_env)
+              for _ in range(args.repeats)]
+      rows.append(row(f"`import {module}` only", runs))
+    missing = command() + ["select", str(work / "missing.md"), "-q", QUESTION]
+    rows.append(row("`jaxsel select` of a missing file (the error)",
+                    [timed(missing, base_env, status=1) for _ in range(args.repeats)],
+                    "one line on stderr, exit status 1"))
+    off = [timed(select + ["--no-compile-cache"], base_env) for _ in range(args.repeats)]
+    rows.append(row("`jaxsel select`, cache off (`--no-compile-cache`)", off))
     first, second, written = [], [], []
     for i in range(args.repeats):
       env = {**base_env, "XDG_CACHE_HOME": str(work / f"xdg{i}")}
       folder = work / f"xdg{i}" / "jaxsel" / "jax"
-      first.append(timed(select, env)[0])
+      first.append(timed(select, env))
       written.append(entries(folder))
-      second.append(timed(select, env)[0])
+      second.append(timed(select, env))
       if entries(folder) != written[-1]:
         print("warning: the second process wrote new cache entries", file=sys.stderr)
     size = sum(f.stat().st_size for f in (work / "xdg0").rglob("*-cache")) / 2**20
-    rows.append(("`jaxsel select`, first process (empty cache)", summary(first),
-                 f"{written[0]} programs written ({size:.1f} MiB)"))
-    rows.append(("`jaxsel select`, second process (warm cache)", summary(second),
-                 "0 programs compiled"))
+    rows.append(row("`jaxsel select`, first process (empty cache)", first,
+                    f"{written[0]} programs written ({size:.1f} MiB)"))
+    rows.append(row("`jaxsel select`, second process (warm cache)", second,
+                    "0 programs compiled"))
     if not args.no_ask:
       env = {**base_env, "XDG_CACHE_HOME": str(work / "xdg0")}
       ask = command() + ["ask", QUESTION, str(DOCUMENT), "--budget", "256", "--quiet", "--json"]
-      seconds, out = timed(ask, env)
+      seconds, cpu, out = timed(ask, env)
       t = json.loads(out)["timings"]
-      rows.append(("`jaxsel ask` (offline SmolLM2, warm cache)", f"{seconds:.1f}",
+      rows.append(("`jaxsel ask` (offline SmolLM2, warm cache)", f"{seconds:.1f}", f"{cpu:.1f}",
                    f"load model {t['load_generator']:.1f} s, select {t['select']:.1f} s, "
                    f"generate {t['generate']:.1f} s"))
+    load.append(os.getloadavg()[0])
   finally:
     shutil.rmtree(work, ignore_errors=True)
 
   print(f"| process (bundled document, budget 256) | wall s, median (range of {args.repeats}) "
-        "| notes |")
-  print("|---|---:|---|")
-  for name, value, note in rows:
-    print(f"| {name} | {value} | {note} |")
+        "| CPU s, median | notes |")
+  print("|---|---:|---:|---|")
+  for name, value, cpu, note in rows:
+    print(f"| {name} | {value} | {cpu} | {note} |")
+  print(f"\nload average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} at the end, on "
+        f"{os.cpu_count()} cores")
   return 0
 
 
