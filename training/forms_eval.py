@@ -43,6 +43,7 @@ FORM_LABELS = {"titled": "whole paragraphs, titled", "untitled": "whole paragrap
 METHODS = {
     "naive": ("NaiveRAG", {"method": "naive"}),
     "bridge": ("CORAG bridge (+ top-up)", {"method": "corag", "corag_scorer": "bridge"}),
+    "hops": ("CORAG hops, untrained (+ top-up)", {"method": "corag", "corag_scorer": "hops"}),
     "learned_hops": ("CORAG learned_hops (+ top-up)", {"method": "corag", "corag_scorer": "learned_hops"}),
 }
 
@@ -132,7 +133,7 @@ def _ci(d: dict) -> str:
   return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
 
 
-def forms_markdown(report: dict, budgets=BUDGETS, methods_=("bridge", "learned_hops")) -> list:
+def forms_markdown(report: dict, budgets=BUDGETS, methods_=("bridge", "hops", "learned_hops")) -> list:
   """One table per budget: a row per (set, candidate form); strict joint recall (every gold
   paragraph picked whole) with Δ vs NaiveRAG [95% paired bootstrap CI], any-piece beside it."""
   lines = []

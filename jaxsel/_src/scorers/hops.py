@@ -54,7 +54,7 @@ DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
                     "data")
 WEIGHTS = os.path.join(DATA, "hop_scorer.safetensors")
 # SHA-256 of the shipped weights: a changed or truncated file is refused, not used.
-WEIGHTS_SHA256 = "0" * 64
+WEIGHTS_SHA256 = "e14a4ea41f5db7444a3b112ce37647c7f0d5ba6a9626d9465e688f5d51a197b0"
 
 
 def _value_scorer(unary, pair, valid):

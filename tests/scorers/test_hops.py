@@ -1,0 +1,136 @@
+"""The second-hop scorers (jaxsel/_src/scorers/hops.py): values against a NumPy reference,
+the learned scorer under jit/vmap in `corag_search`, the shipped weights (checksum), and the
+training script (loss falls, a checkpoint resumes bit-identically)."""
+
+import itertools
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsel
+from jaxsel._src import methods
+from jaxsel._src.scorers import hops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from training import train_hops  # noqa: E402
+
+
+def _request(seed, n=7, d=16):
+  rng = np.random.default_rng(seed)
+  e = rng.normal(size=(n, d)).astype(np.float32)
+  e /= np.linalg.norm(e, axis=1, keepdims=True)
+  q = rng.normal(size=(1, d)).astype(np.float32)
+  q /= np.linalg.norm(q)
+  links = (rng.random((n, n)) < 0.2).astype(np.float32)
+  np.fill_diagonal(links, 0)
+  ent = rng.random((n, n)).astype(np.float32) * (rng.random((n, n)) < 0.3)
+  return methods.request(q, e, costs=rng.integers(20, 120, n).astype(np.float32), links=links,
+                         mentioned=(rng.random(n) < 0.2).astype(np.float32), entities=ent,
+                         valid=np.arange(n) < n - 1)
+
+
+def _value_reference(u, g, order, valid):
+  """`Σ_t u(o_t) + Σ_{t≥1} max(0, max_{s<t} g(o_s, o_t) − u(o_t))` in plain Python."""
+  total = 0.0
+  for t, j in enumerate(order):
+    uj = u[j] if valid[j] else 0.0
+    total += uj
+    if t:
+      best = max(g[i, j] if valid[i] and valid[j] else 0.0 for i in order[:t])
+      total += max(0.0, best - uj)
+  return total
+
+
+def test_reformulated_relevance_is_the_cosine_of_the_moved_query():
+  rng = np.random.default_rng(0)
+  e = rng.normal(size=(5, 8))
+  e /= np.linalg.norm(e, axis=1, keepdims=True)
+  q = rng.normal(size=8)
+  q /= np.linalg.norm(q)
+  rel, sim = e @ q, e @ e.T
+  got = np.asarray(hops.reformulated_relevance(jnp.asarray(rel, jnp.float32),
+                                               jnp.asarray(sim, jnp.float32), jnp.ones(5, bool)))
+  for i, j in itertools.permutations(range(5), 2):
+    h = (q + e[i]) / np.linalg.norm(q + e[i])
+    assert got[i, j] == pytest.approx(h @ e[j], abs=1e-5)
+  np.testing.assert_array_equal(np.diag(got), 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_learned_scorer_value_and_gains_match_reference(seed):
+  req = _request(seed)
+  params = hops.init_params(jax.random.key(seed), hidden=8)
+  kw = dict(relevance=methods.best_relevance(req), similarity=req.similarity, links=req.links,
+            entities=req.entities, mentioned=req.mentioned, costs=req.costs, valid=req.valid)
+  sc = hops.learned_hop_scorer(params, **kw)
+  u, g = (np.asarray(x) for x in hops.hop_probabilities(params, **kw))
+  valid = np.asarray(req.valid)
+  for order in ([3], [0, 4], [5, 1, 2], [2, 6, 0, 1]):  # 6 is invalid
+    o = jnp.asarray(order + [-1] * (7 - len(order)), jnp.int32)
+    assert float(sc(o)) == pytest.approx(_value_reference(u, g, order, valid), abs=1e-5)
+    gains = np.asarray(sc.append_gains(o))
+    for j in range(7):
+      if j not in order:
+        want = _value_reference(u, g, order + [j], valid) - _value_reference(u, g, order, valid)
+        assert gains[j] == pytest.approx(want, abs=1e-5)
+
+
+def test_hop_scorer_counts_a_later_chunk_by_its_reformulated_relevance():
+  rel = np.asarray([0.5, 0.1, 0.2], np.float32)
+  sim = np.asarray([[1, 0.8, 0.1], [0.8, 1, 0.0], [0.1, 0.0, 1]], np.float32)
+  sc = hops.hop_scorer(jnp.asarray(rel), jnp.asarray(sim))
+  r2 = lambda i, j: (rel[j] + sim[i, j]) / np.sqrt(2 + 2 * rel[i])  # noqa: E731
+  assert float(sc(jnp.asarray([0, 1, -1]))) == pytest.approx(0.5 + max(0.1, r2(0, 1)), abs=1e-6)
+  assert float(sc(jnp.asarray([1, 0, -1]))) == pytest.approx(0.1 + max(0.5, r2(1, 0)), abs=1e-6)
+  assert float(sc(jnp.asarray([0, 2, -1]))) == pytest.approx(0.5 + max(0.2, r2(0, 2)), abs=1e-6)
+
+
+def test_learned_scorer_in_corag_search_under_jit_and_vmap_equals_one_by_one():
+  params = hops.init_params(jax.random.key(3), hidden=8)
+  reqs = [_request(s) for s in range(3)]
+  build = methods.learned_hops_builder(params)
+
+  def run(req):
+    return jaxsel.corag_search(build(req), req.costs, budget=200.0, iterations=6,
+                               valid=req.valid).order
+
+  batched = jax.jit(jax.vmap(run))(jax.tree.map(lambda *x: jnp.stack(x), *reqs))
+  for r, req in enumerate(reqs):
+    np.testing.assert_array_equal(np.asarray(batched[r]), np.asarray(run(req)))
+
+
+def test_shipped_weights_load_with_their_checksum(tmp_path):
+  params = hops.load_hop_params()
+  assert hops.file_sha256(hops.WEIGHTS) == hops.WEIGHTS_SHA256
+  assert os.path.getsize(hops.WEIGHTS) < 10 * 2 ** 20
+  assert params["unary.mean"].shape == (len(hops.UNARY_FEATURES),)
+  assert params["pair.mean"].shape == (len(hops.PAIR_FEATURES),)
+  bad = tmp_path / "w.safetensors"
+  bad.write_bytes(open(hops.WEIGHTS, "rb").read()[:-1] + b" ")
+  with pytest.raises(ValueError, match="SHA-256"):
+    hops.load_hop_params(str(bad), sha256=hops.WEIGHTS_SHA256)
+
+
+def test_training_loss_falls_and_a_checkpoint_resumes_bit_identically(tmp_path):
+  rng = np.random.default_rng(0)
+  q, n = 12, train_hops.N_PAD
+  data = {"unary": rng.normal(size=(q, n, len(hops.UNARY_FEATURES))).astype(np.float32),
+          "pair": rng.normal(size=(q, n, n, len(hops.PAIR_FEATURES))).astype(np.float32),
+          "gold": np.zeros((q, n), np.float32), "valid": np.ones((q, n), bool)}
+  data["gold"][:, :2] = 1
+  data["unary"][:, :2, 0] += 2.0  # the gold candidates are the relevant ones
+  whole, losses = train_hops.train(data, steps=8, batch_size=4, hidden=8, log=lambda m: None)
+  assert np.mean(losses[-3:]) < np.mean(losses[:3])
+  ckpt = str(tmp_path / "ckpt")
+  train_hops.train(data, steps=4, batch_size=4, hidden=8, ckpt=ckpt, save_every=4, log=lambda m: None)
+  resumed, rest = train_hops.train(data, steps=8, batch_size=4, hidden=8, ckpt=ckpt, save_every=4,
+                                   log=lambda m: None)
+  assert len(rest) == 4
+  for k in whole:
+    np.testing.assert_array_equal(np.asarray(whole[k]), np.asarray(resumed[k]))
