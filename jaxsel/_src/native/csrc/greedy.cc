@@ -334,6 +334,44 @@ struct GainBounder {
     }
     return sack;
   }
+
+  // The same knapsack where u holds stale upper bounds (lazy greedy): items are taken from a
+  // max-heap by ratio, and a stale one (`fresh(j)` false) is first re-evaluated (`refresh(j)`
+  // writes u[j]) and pushed back, so every item in the knapsack is fresh. Its value is then the
+  // knapsack of the current gains exactly (the others only have larger bounds), at the cost of
+  // a heap over N and a few evaluations. O(N + m log N) for m items touched.
+  std::vector<std::pair<T, int64_t>> heap;
+  template <typename Fresh, typename Refresh>
+  T LazyKnapsack(T* u, const char* eligible, const float* C, float budget, int64_t N,
+                 const Fresh& fresh, const Refresh& refresh) {
+    heap.clear();
+    for (int64_t j = 0; j < N; ++j)
+      if (eligible[j] && u[j] > T(0)) heap.emplace_back(Ratio(u[j], C[j]), j);
+    std::make_heap(heap.begin(), heap.end());
+    T sack = 0;
+    double room = budget;
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const int64_t j = heap.back().second;
+      heap.pop_back();
+      if (!fresh(j)) {
+        refresh(j);
+        if (u[j] > T(0)) {
+          heap.emplace_back(Ratio(u[j], C[j]), j);
+          std::push_heap(heap.begin(), heap.end());
+        }
+        continue;
+      }
+      if (C[j] <= room) {
+        sack += u[j];
+        room -= C[j];
+      } else {
+        sack += u[j] * static_cast<T>(room / C[j]);
+        break;
+      }
+    }
+    return sack;
+  }
 };
 
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
@@ -470,25 +508,17 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
     // The certificate at S (the cover is not updated yet): f(S) + the most a feasible set adds.
     T* u = lazy ? fresh.data() : last.data();
     T adds = kInf;
-    if (C != nullptr) {
+    if (C != nullptr && !lazy) {
       T critical;
       adds = bounder.Knapsack(u, eligible.data(), C, budget, N, &critical);
-      // Lazy steps first re-evaluate the stale gains the knapsack takes (never more than the
-      // items it holds, a few under a token budget): a candidate the spent budget excludes is
-      // never re-evaluated by the heap, and its gain from an early step would loosen the bound.
-      bool stale = lazy;
-      while (stale) {
-        stale = false;
-        for (int64_t i = 0; i < N; ++i) {
-          if (!eligible[i] || stamp[i] == step || seen[i] == step || u[i] <= T(0) ||
-              GainBounder<T>::Ratio(u[i], C[i]) < critical)
-            continue;
-          u[i] = gain(i);  // the heap's key stays the older, larger bound: still an upper bound
-          seen[i] = static_cast<int32_t>(step);
-          stale = true;
-        }
-        if (stale) adds = bounder.Knapsack(u, eligible.data(), C, budget, N, &critical);
-      }
+    } else if (C != nullptr) {
+      // Lazy steps re-evaluate the stale gains the knapsack takes (a few under a token budget):
+      // a candidate the spent budget excludes is never re-evaluated by the picks, and its gain
+      // from an early step would loosen the bound. The CELF heap keeps its older, larger keys.
+      adds = bounder.LazyKnapsack(
+          u, eligible.data(), C, budget, N,
+          [&](int64_t i) { return stamp[i] == step || seen[i] == step; },
+          [&](int64_t i) { u[i] = gain(i), seen[i] = static_cast<int32_t>(step); });
     }
     const T top = bounder.TopK(u, eligible.data(), K, N);
     adds = top < adds ? top : adds;
