@@ -61,7 +61,8 @@ def test_select_with_queries_json_within_budget(files):
   assert code == 0
   d = json.loads(out)
   assert set(d) == {"method", "queries", "budget", "cost", "num_candidates", "saturation",
-                    "selected", "model"}
+                    "bound", "certified", "exhausted", "searched", "estimate", "selected", "model"}
+  assert 0 < d["certified"] <= 1 and d["bound"] >= d["selected"][-1]["value"]  # the certificate
   assert d["method"] == "facility_location" and len(d["queries"]) == 2
   assert 0 < d["cost"] <= 120 and d["budget"] == 120
   assert d["cost"] == sum(s["tokens"] for s in d["selected"])
