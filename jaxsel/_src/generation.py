@@ -27,12 +27,51 @@ import socket
 import threading
 import urllib.error
 import urllib.request
+import warnings
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from jaxsel._src import checks
 from jaxsel._src.base import Generator
+from jaxsel._src.tokens import TokenCounter, is_hf_tokenizer, token_counter
 from jaxsel._src.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, SMOLLM2_FILE,
                                   SMOLLM2_MODULE, SMOLLM2_NAME)
+
+
+# A server applies its own chat template, which a client without the model's template cannot
+# count: the stated safety margin, per message and for the reply's opening (OpenAI's own
+# guide counts 3 and 3; templates with a default system prompt need more).
+CHAT_MARGIN_PER_MESSAGE = 8
+CHAT_MARGIN_REPLY = 8
+# Without the reader's tokenizer: one token per UTF-8 byte, a bound no byte-level BPE (GPT-4o,
+# Llama 3, Qwen, Mistral's byte fallback) exceeds, about 4x the real count of English text.
+BYTES = TokenCounter(name="UTF-8 bytes (one token per byte: an upper bound, no tokenizer given)",
+                     count_fn=lambda texts: [len(t.encode("utf-8")) for t in texts])
+
+
+def generator_counter(generator) -> TokenCounter:
+  """What `generator` counts tokens with: its `counter` (a `TransformersGenerator`: its own
+  tokenizer; an `OpenAIGenerator`: the tokenizer it was given, else UTF-8 bytes with a
+  warning). A generator without one counts in UTF-8 bytes, with a warning."""
+  counter = getattr(generator, "counter", None)
+  if counter is not None:
+    return token_counter(counter)
+  warnings.warn(
+      f"the generator {getattr(generator, 'name', '?')!r} has no `counter`: its prompts are "
+      "counted as one token per UTF-8 byte (an upper bound for byte-level BPE) plus "
+      f"{CHAT_MARGIN_PER_MESSAGE + CHAT_MARGIN_REPLY} tokens for its chat template; give it a "
+      "`counter` (`jaxsel.token_counter(its tokenizer)`) or pass the Pipeline a tokenizer.",
+      stacklevel=2)
+  return BYTES
+
+
+def prompt_tokens(generator, prompt: str) -> int:
+  """An upper bound of the tokens `generator` reads for `prompt` (its `prompt_tokens`:
+  exact for a `TransformersGenerator`), else its counter's count plus the stated margins."""
+  fn = getattr(generator, "prompt_tokens", None)
+  if callable(fn):
+    return int(fn(prompt))
+  return (int(generator_counter(generator).count([prompt])[0]) + CHAT_MARGIN_PER_MESSAGE
+          + CHAT_MARGIN_REPLY)
 
 
 def _check_prompts(prompts) -> list:
@@ -106,6 +145,16 @@ class TransformersGenerator:
 
   def __repr__(self) -> str:
     return f"TransformersGenerator(name={self.name!r}, batch_size={self.batch_size})"
+
+  @functools.cached_property
+  def counter(self) -> TokenCounter:
+    """Counts texts in this model's tokens (its own tokenizer)."""
+    return token_counter(self.tokenizer)
+
+  def prompt_tokens(self, prompt: str) -> int:
+    """How many tokens the model reads for `prompt`: exactly `len(prompt_ids(prompt))`, the
+    chat template and special tokens included."""
+    return len(self.prompt_ids(prompt))
 
   def prompt_ids(self, prompt: str) -> list:
     """The token ids the model reads for `prompt` (chat template applied when in use)."""
@@ -411,11 +460,18 @@ class OpenAIGenerator:
     temperature: 0 (the default) asks for greedy decoding.
     system: an optional system message.
     max_workers: requests in flight at once (a thread pool when more than 1).
+    tokenizer: the served model's tokenizer, what the context budget is counted in: anything
+      `jaxsel.token_counter` takes (a tokenizer folder, a hub id in the local cache, a .gguf
+      file, a tiktoken encoding such as ``"o200k_base"``, a callable `texts -> counts`). With a
+      chat template (a Hugging Face tokenizer) prompts are counted through it exactly;
+      otherwise each message adds `CHAT_MARGIN_PER_MESSAGE` (8) tokens and the reply
+      `CHAT_MARGIN_REPLY` (8). None: counted as one token per UTF-8 byte (`BYTES`, safe for
+      any byte-level BPE, about 4x too many for English), with a warning when first used.
   """
 
   def __init__(self, base_url: str, model: str, *, api_key: Optional[str] = None,
                timeout: float = 60.0, temperature: float = 0.0,
-               system: Optional[str] = None, max_workers: int = 1):
+               system: Optional[str] = None, max_workers: int = 1, tokenizer=None):
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
       raise ValueError(f"`base_url` must be an http:// or https:// URL such as "
                        f"'http://127.0.0.1:8000/v1', got {base_url!r}.")
@@ -439,6 +495,34 @@ class OpenAIGenerator:
     self.temperature = float(temperature)
     self.system = system
     self.max_workers = checks.static_int(max_workers, "max_workers", 1, what="a count of threads")
+    self.tokenizer = tokenizer
+    self._counter = None if tokenizer is None else token_counter(tokenizer)
+
+  @property
+  def counter(self) -> TokenCounter:
+    """Counts texts in the served model's tokens (`tokenizer`), or in UTF-8 bytes without one
+    (with a warning: never silently)."""
+    if self._counter is None:
+      warnings.warn(
+          f"OpenAIGenerator({self.model!r}) has no tokenizer: the context is counted as one token "
+          f"per UTF-8 byte (an upper bound for byte-level BPE, about 4x the real count of "
+          f"English) plus {CHAT_MARGIN_PER_MESSAGE} tokens per message and {CHAT_MARGIN_REPLY} for "
+          "the reply. Pass tokenizer= the model's tokenizer (a folder, a hub id in the cache, or "
+          "a tiktoken encoding such as 'o200k_base') to count exactly.", stacklevel=2)
+      self._counter = BYTES
+    return self._counter
+
+  def prompt_tokens(self, prompt: str) -> int:
+    """An upper bound of the tokens the server's model reads for `prompt`: the messages
+    through the tokenizer's chat template when it has one (exact), else their contents plus
+    the stated margins."""
+    messages = _messages(self.system, prompt)
+    tok = self.counter.tokenizer
+    if is_hf_tokenizer(tok) and getattr(tok, "chat_template", None):
+      text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+      return int(self.counter.count([text])[0])
+    contents = self.counter.count([m["content"] for m in messages])
+    return int(contents.sum()) + CHAT_MARGIN_PER_MESSAGE * len(messages) + CHAT_MARGIN_REPLY
 
   def __repr__(self) -> str:
     return f"OpenAIGenerator(url={self.url!r}, model={self.model!r})"

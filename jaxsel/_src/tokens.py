@@ -32,7 +32,6 @@ import re
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-import transformers
 
 from jaxsel._src import checks
 
@@ -120,6 +119,13 @@ def _rule_counter() -> TokenCounter:
 
 
 # ----------------------------------------------------------------------------- Hugging Face
+
+
+def is_hf_tokenizer(tok) -> bool:
+  """Whether `tok` is a Hugging Face tokenizer (told by what it has: importing `transformers`
+  to ask `isinstance` would cost every caller a second)."""
+  return callable(tok) and all(callable(getattr(tok, m, None))
+                               for m in ("convert_ids_to_tokens", "batch_decode"))
 
 
 def _hf_name(tok) -> str:
@@ -270,6 +276,7 @@ def load_tokenizer(name_or_path):
     where = str(path)
   elif os.path.isabs(where) or where.startswith((".", "~")) or where.count("/") > 1:
     raise FileNotFoundError(f"the tokenizer folder {where!r} does not exist.")
+  import transformers  # a second to import: only tokenizers loaded by name need it here
   try:
     return transformers.AutoTokenizer.from_pretrained(where, local_files_only=True, **settings)
   except (OSError, ValueError) as e:
@@ -290,7 +297,7 @@ def token_counter(tokenizer=None) -> TokenCounter:
     return _rule_counter()
   if isinstance(tokenizer, (str, os.PathLike)):
     tokenizer = load_tokenizer(tokenizer)
-  if isinstance(tokenizer, transformers.PreTrainedTokenizerBase):
+  if is_hf_tokenizer(tokenizer):
     return _hf_counter(tokenizer)
   if _is_tiktoken(tokenizer):
     return _tiktoken_counter(tokenizer)

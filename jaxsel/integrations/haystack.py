@@ -56,7 +56,9 @@ class JaxselRanker:
     k: most documents kept.
     min_gain: stop when a pick adds less (default: the pipeline's, 1e-6).
     tokenizer: counts `content` tokens: a callable `text -> int` or `text -> tokens`, or a
-      Hugging Face tokenizer; default the encoder's tokenizer.
+      Hugging Face tokenizer; default the encoder's tokenizer (its word pieces, not your LLM's
+      tokens). The budget is in that unit: the sum of the kept documents' counts (the prompt
+      builder joins them its own way; its separators are not counted).
     order: ``"input"`` or ``"selection"``.
     reuse_embeddings: use the documents' own embeddings when they all have one.
   """

@@ -57,7 +57,9 @@ class JaxselCompressor(BaseDocumentCompressor):
     k: most documents kept.
     min_gain: stop when a pick adds less (default: the pipeline's, 1e-6).
     tokenizer: counts `page_content` tokens: a callable `text -> int` or `text -> tokens`, or a
-      Hugging Face tokenizer; default the encoder's tokenizer.
+      Hugging Face tokenizer; default the encoder's tokenizer (its word pieces, not your LLM's
+      tokens). The budget is in that unit: the sum of the kept documents' counts (the chain
+      joins them its own way; its separators are not counted).
     order: ``"input"`` or ``"selection"``.
     embeddings: a LangChain `Embeddings` model for the query and documents without vectors.
     embedding_key: the metadata key holding a document's embedding.

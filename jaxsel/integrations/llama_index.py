@@ -45,7 +45,9 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
 
   Token costs are counted on the text the LLM is sent (`MetadataMode.LLM`) with `tokenizer`:
   a callable `text -> int` or `text -> tokens` (e.g. `llama_index.core.Settings.tokenizer`),
-  or a Hugging Face tokenizer; default the encoder's tokenizer.
+  or a Hugging Face tokenizer; default the encoder's tokenizer (its word pieces, not your LLM's
+  tokens: pass the LLM's tokenizer). The budget is in that unit: the sum of the kept nodes'
+  counts (LlamaIndex joins them into the prompt its own way; its separators are not counted).
 
   Args:
     pipeline: a `jaxsel.Pipeline` to select with (its settings: splitting aside, all apply).

@@ -5,6 +5,7 @@ so the Pipeline is tested against the encoder contract it really meets; the CLI 
 tests, and `test_pipeline_embeds_like_the_real_minilm` here, run the real all-MiniLM-L6-v2.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from jaxsel._src.scorers import basic as scorers
 from jaxsel._src import search
 from jaxsel._src import text
 from jaxsel._src.index import VectorIndex
+from jaxsel._src.pipeline import reader
 from jaxsel.testing import tiny_bert_config, tiny_encoder
 from jaxsel._src.pipeline.selection import Pipeline, SelectionResult, available_methods
 
@@ -56,6 +58,18 @@ def split(enc, docs, **kw):
   return text.split_documents(docs, tokenizer=enc.tokenizer, **{"unit": "passage", "max_tokens": 80, **kw})
 
 
+def sent(enc, passages):
+  """`[N]` what each candidate costs the Pipeline: its text as sent in the joined context, in
+  the encoder's tokens (no reader given)."""
+  return reader.candidate_costs(jaxsel.token_counter(enc.tokenizer), [p.text for p in passages],
+                                unit="passage")
+
+
+def counted(enc, res) -> int:
+  """The encoder's count of the context `res` sends."""
+  return jaxsel.token_counter(enc.tokenizer).count_one(res.context()) if len(res) else 0
+
+
 def _direct(enc, queries, passages, *, nonneg="clip"):
   """Relevance and similarity computed with the library functions, not the pipeline."""
   texts = [p.text for p in passages]
@@ -79,13 +93,13 @@ def test_submodular_methods_equal_direct_library_calls(enc, method, queries):
   obj = {"facility_location": lambda: jaxsel.facility_location(s, r),
          "saturated_coverage": lambda: jaxsel.saturated_coverage(s, r),
          "coverage": lambda: jaxsel.coverage(s)}[method]()
-  costs = np.array([p.tokens for p in passages], np.float32)
+  costs = sent(enc, passages)
   sel = jaxsel.greedy(obj, k=len(passages), costs=costs, budget=200.0, min_gain=0.0)
   n = int(sel.count)
   np.testing.assert_array_equal(res.indices, np.asarray(sel.indices)[:n])
   np.testing.assert_allclose(res.gains, np.asarray(sel.gains)[:n], rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(res.curve, np.asarray(sel.values)[:n], rtol=1e-5, atol=1e-6)
-  assert res.cost == int(costs[res.indices].sum()) <= 200
+  assert res.cost == counted(enc, res) <= int(costs[res.indices].sum()) <= 200
   assert [p.text for p in res.passages] == [passages[i].text for i in res.indices]
   if queries:
     np.testing.assert_allclose(res.scores, np.asarray(r).max(axis=0)[res.indices], atol=1e-6)
@@ -99,7 +113,7 @@ def test_baseline_and_search_methods_equal_direct_calls(enc):
   assert set(available_methods()) == {"facility_location", "saturated_coverage", "coverage",
                                       "mmr", "naive", "corag"}
   passages = split(enc, [SMALL])
-  costs = np.array([p.tokens for p in passages], np.float32)
+  costs = sent(enc, passages)
   r, s = _direct(enc, [Q0], passages)
   rel = jnp.max(r, axis=0)
   n = len(passages)
@@ -142,7 +156,7 @@ def test_the_default_corag_is_the_bridge_search_then_a_relevance_top_up(enc):
                                                  ("Janet Waldo", 4000), ("Meet Corliss Archer", 600))]
   res = Pipeline(enc, method="corag", max_tokens=60).select(Q0, docs, budget=150)
   passages = split(enc, docs, max_tokens=60)
-  costs = np.array([p.tokens for p in passages], np.float32)
+  costs = sent(enc, passages)
   sig = methods.text_signals([p.text for p in passages], [p.doc for p in passages],
                              [p.title for p in passages], [Q0])
   e = enc.encode([p.text for p in passages], prompt_name="passage")
@@ -256,7 +270,7 @@ def test_asymmetric_and_symmetric_prompts():
   r = jaxsel.cosine_similarity(q, e)
   np.testing.assert_allclose(res.candidate_scores, r, atol=1e-6)
   sel = jaxsel.greedy(jaxsel.facility_location(jaxsel.cosine_similarity(sym), r), k=len(passages),
-                      costs=np.array([p.tokens for p in passages]), budget=100.0, min_gain=1e-6)
+                      costs=sent(enc, passages), budget=100.0, min_gain=1e-6)
   np.testing.assert_array_equal(res.indices, np.asarray(sel.indices)[:int(sel.count)])
 
 
@@ -364,7 +378,7 @@ def test_corag_with_a_configuration_agent(enc):
   q = enc.encode([Q0], prompt_name="query")
   choice = agent.predict(q[0])
   passages = split(enc, [SMALL])
-  costs = np.array([p.tokens for p in passages], np.float32)
+  costs = sent(enc, passages)
   e = enc.encode([p.text for p in passages], prompt_name="passage")
   req = methods.request(q, e, costs=costs)
   ref = search.corag_search(methods.scorer(choice.scorer, req, discount=0.9), costs,
@@ -383,7 +397,7 @@ def test_corag_with_the_agent_menu_link_scorer(enc):
   q = enc.encode([Q0], prompt_name="query")[0]
   e = enc.encode([p.text for p in passages], prompt_name="passage")
   texts, titles = [p.text for p in passages], [p.title for p in passages]
-  costs = np.array([p.tokens for p in passages], np.float32)
+  costs = sent(enc, passages)
   sig = methods.text_signals(texts, [p.doc for p in passages], titles, [Q0])
   # With Markdown headings the lead entities are the headings: the title links.
   np.testing.assert_array_equal(sig.links, scorers.title_links(texts, titles))
@@ -540,7 +554,8 @@ def test_late_chunking_embeds_each_document_once(enc):
     rows = [i for i, p in enumerate(passages) if p.doc == d]
     e[rows] = np.asarray(enc.encode_chunks(doc, [(passages[i].start, passages[i].end) for i in rows],
                                            prompt_name="passage"))
-  own = Pipeline(enc, max_tokens=80).select(Q0, passages, budget=150, min_gain=0.0, embeddings=e,
+  as_sent = [dataclasses.replace(p, tokens=int(c)) for p, c in zip(passages, sent(enc, passages))]
+  own = Pipeline(enc, max_tokens=80).select(Q0, as_sent, budget=150, min_gain=0.0, embeddings=e,
                                            query_embeddings=enc.encode([Q0], prompt_name="query"))
   np.testing.assert_array_equal(res.indices, own.indices)
   np.testing.assert_allclose(res.candidate_scores, own.candidate_scores, atol=1e-6)

@@ -31,10 +31,14 @@ class Candidates(NamedTuple):
   embeddings: np.ndarray  # [N, D] asymmetric passage embeddings (relevance)
   symmetric: np.ndarray  # [N, D] symmetric embeddings (similarity)
   documents: Optional[list]  # the documents the passages were split from, else None
+  sent: Optional[np.ndarray] = None  # [N] costs as sent (`reader.candidate_costs`), or None
 
   @property
   def costs(self) -> np.ndarray:
-    """`[N]` float32 token costs."""
+    """`[N]` float32 token costs: as sent in the context (`sent`) for the candidates the
+    pipeline counts itself, else the `tokens` of the caller's `Passage`s."""
+    if self.sent is not None:
+      return self.sent
     return np.asarray([p.tokens for p in self.passages], np.float32)
 
 

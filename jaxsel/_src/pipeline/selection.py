@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import time
 from typing import NamedTuple, Optional, Sequence
 
@@ -30,16 +31,21 @@ import numpy as np
 from jaxsel._src import methods
 from jaxsel._src import text as text_lib
 from jaxsel._src.base import Configurator, Encoder
-from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, Generator, default_generator
+from jaxsel._src.generation import (DEFAULT_MAX_NEW_TOKENS, Generator, default_generator,
+                                    generator_counter)
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG
 from jaxsel._src.pipeline import candidates as cands_lib
+from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import solve as solve_lib
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
-from jaxsel._src.pipeline.result import Answer, SelectionResult
+from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, Answer, SelectionResult
 from jaxsel._src.checks import check_texts
 from jaxsel._src.search import raise_if_nonfinite
+from jaxsel._src.tokens import TokenCounter, token_counter
+
+DEFAULT_ANSWER_BUDGET = 256  # `answer`'s budget without a window
 
 
 def available_methods() -> tuple:
@@ -98,13 +104,18 @@ class Pipeline:
       `cost_penalty`).
     generator: what `answer` asks (`jaxsel.load_generator(...)`, or an `OpenAIGenerator`);
       default: the offline SmolLM2-135M-Instruct, loaded at the first `answer`.
+    tokenizer: the reader's tokenizer, what every budget and `max_tokens` is counted in:
+      anything `jaxsel.token_counter` takes (a Hugging Face or tiktoken tokenizer, a name or
+      path, a callable `texts -> counts`). Default: the generator's own tokenizer when there is
+      a generator (`answer` always counts with its generator's), else the encoder's (word
+      pieces of all-MiniLM-L6-v2: the LLM reading the context counts differently, so name it).
     config: a `PipelineConfig`; keyword `settings` (the same names) override its fields.
   """
 
   def __init__(self, encoder: Encoder, index: Optional[VectorIndex] = None,
                method: Optional[str] = None, *, agent: Optional[Configurator] = None,
                generator: Optional[Generator] = None, config: Optional[PipelineConfig] = None,
-               **settings):
+               tokenizer=None, **settings):
     if encoder is None or not callable(getattr(encoder, "encode", None)):
       raise TypeError("`encoder` must have an `encode(texts, ...)` method, e.g. "
                       "`jaxsel.load_encoder(name_or_path)`.")
@@ -122,6 +133,7 @@ class Pipeline:
     self.index = index
     self.agent = agent
     self.generator = generator
+    self.reader = None if tokenizer is None else token_counter(tokenizer)
     self.config = (config or PipelineConfig()).replace(**settings)
     self._cache = EmbeddingCache()
     self._check_late_chunking()
@@ -137,8 +149,14 @@ class Pipeline:
     return self.config.late_chunking or self.config.unit == "word"
 
   @property
-  def tokenizer(self):
-    return self.encoder.tokenizer
+  def tokenizer(self) -> TokenCounter:
+    """What counts tokens (budgets, `max_tokens`, `Passage.tokens`): the `tokenizer` given to
+    the Pipeline, else the generator's, else the encoder's tokenizer."""
+    if self.reader is not None:
+      return self.reader
+    if self.generator is not None:
+      return generator_counter(self.generator)
+    return token_counter(self.encoder.tokenizer)
 
   def _check_late_chunking(self) -> None:
     if not self.late_chunking:
@@ -161,8 +179,11 @@ class Pipeline:
   def replace(self, **changes) -> "Pipeline":
     """A copy with some settings changed (e.g. `method=`), sharing the encoder, the index
     and the embedding cache, so comparing methods embeds the texts once. `encoder=`,
-    `index=`, `agent=` and `generator=` replace those."""
+    `index=`, `agent=`, `generator=` and `tokenizer=` replace those."""
     new = copy.copy(self)
+    if "tokenizer" in changes:
+      tokenizer = changes.pop("tokenizer")
+      new.reader = None if tokenizer is None else token_counter(tokenizer)
     for name in ("encoder", "index", "agent", "generator"):
       if name in changes:
         setattr(new, name, changes.pop(name))
@@ -209,19 +230,43 @@ class Pipeline:
     index.add(emb, texts=[p.text for p in passages], metadata=meta)
     return index
 
-  def _candidates(self, queries, source, embeddings=None) -> cands_lib.Candidates:
-    if embeddings is not None:
+  def _candidates(self, queries, source, embeddings=None, sources=None) -> cands_lib.Candidates:
+    """The request's candidates; those the pipeline counts itself (split from documents
+    or retrieved from an index) cost what they add to the context as sent, in the reader's
+    tokens (`reader.candidate_costs`); `Passage`s the caller gives, and candidates
+    given with `embeddings`, cost their own `tokens`."""
+    if embeddings is not None:  # a framework's nodes: each costs its own tokens
       return cands_lib.from_embeddings(source, embeddings, self.tokenizer)
-    if source is None:
-      source = self.index
-    if source is None:
-      raise ValueError("No documents: pass `documents_or_index` (documents, passages or a "
-                       "VectorIndex) or build the Pipeline with `index=`.")
-    if isinstance(source, VectorIndex):
-      return cands_lib.from_index(source, queries, self._embedder, self.tokenizer,
-                                  candidates=self.config.candidates)
-    return cands_lib.from_documents(source, self._embedder, self.split,
-                                    late_chunking=self.late_chunking)
+    else:
+      if source is None:
+        source = self.index
+      if source is None:
+        raise ValueError("No documents: pass `documents_or_index` (documents, passages or a "
+                         "VectorIndex) or build the Pipeline with `index=`.")
+      if isinstance(source, VectorIndex):
+        cands = cands_lib.from_index(source, queries, self._embedder, self.tokenizer,
+                                     candidates=self.config.candidates)
+        tokens = self.tokenizer.count([p.text for p in cands.passages])  # stored: another unit
+        cands = cands._replace(passages=[dataclasses.replace(p, tokens=int(n))
+                                         for p, n in zip(cands.passages, tokens)])
+        given = False
+      else:
+        cands = cands_lib.from_documents(source, self._embedder,
+                                         lambda docs: self.split(docs, sources=sources),
+                                         late_chunking=self.late_chunking)
+        given = cands.documents is None
+    return cands if given else self._sent(cands)
+
+  def _sent(self, cands: cands_lib.Candidates) -> cands_lib.Candidates:
+    return cands._replace(sent=reader_lib.candidate_costs(
+        self.tokenizer, [p.text for p in cands.passages], unit=self.config.unit))
+
+  def _fitted(self, r: _Request, result: SelectionResult) -> SelectionResult:
+    """`result` with its cost counted as sent (and trimmed to the budget: `reader.fit`) for
+    the candidates the pipeline counted itself."""
+    if r.candidates.sent is None:
+      return result
+    return reader_lib.fit(result, self.tokenizer, r.budget if np.isfinite(r.budget) else None)
 
   def _request(self, queries, cands, q_emb, budget) -> _Request:
     """The request with its search settings (the agent's, when there is one) and text signals."""
@@ -307,7 +352,7 @@ class Pipeline:
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
              min_gain: Optional[float] = None, embeddings=None,
-             query_embeddings=None) -> SelectionResult:
+             query_embeddings=None, sources=None) -> SelectionResult:
     """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
 
     Args:
@@ -315,7 +360,10 @@ class Pipeline:
         them all), or None for text selection (method ``"coverage"``).
       documents_or_index: documents (list of str), candidate `Passage`s, or a `VectorIndex`
         (candidates retrieved by the queries). Default: the pipeline's `index`.
-      budget: total tokens allowed (None: no budget, `k` picks).
+      budget: most tokens of the context as sent (`SelectionResult.context()`: the passages
+        with their numbers and blank lines) in the reader's tokens (see `tokenizer`); None: no
+        budget, `k` picks. `Passage`s given as they are, and candidates given with
+        `embeddings`, cost their own `tokens` instead (the budget is their sum).
       k: most picks (default: as many as fit).
       min_gain: stop when the next pick's marginal gain falls below this; default the
         pipeline's `min_gain`. Not applied to ``"corag"``, whose order is searched as a whole.
@@ -323,17 +371,18 @@ class Pipeline:
         of `Passage`s, or strings taken as one passage each): nothing is embedded again
         (what the framework adapters pass). They serve relevance and similarity alike.
       query_embeddings: `[Q, D]` embeddings of `queries`, likewise.
+      sources: names of the documents (e.g. file names), recorded on their passages.
     """
     queries = cands_lib.as_queries(queries)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     cands_lib.check_queries(self.config.method, queries)  # before any embedding
-    cands = self._candidates(queries, documents_or_index, embeddings)
+    cands = self._candidates(queries, documents_or_index, embeddings, sources)
     budget = cands_lib.check_budget(budget, k, cands.costs)
     q_emb = cands_lib.query_embeddings(queries, query_embeddings, cands.embeddings.shape[1],
                                        self._embedder)
     r = self._request(queries, cands, q_emb, budget)
     out, = self._solve([r], k=k, min_gain=min_gain, batched=False)
-    return self._result(r, out, k=k, min_gain=min_gain)
+    return self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
 
   def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
                   min_gain: Optional[float] = None) -> list:
@@ -349,8 +398,10 @@ class Pipeline:
       raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
     checked = [cands_lib.batch_request(r, req, self.split, method=self.config.method)
                for r, req in enumerate(requests)]
-    budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]))
-               for _, ps, _ in checked]
+    sent = [None if docs is None else self._sent(cands_lib.Candidates(ps, None, None, docs)).sent
+            for _, ps, docs in checked]
+    budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]) if s is None
+                                      else s) for (_, ps, _), s in zip(checked, sent)]
     # One encoder pass over every passage and every query of every request.
     passages = [p for _, ps, _ in checked for p in ps]
     if self.late_chunking and all(docs is not None for _, _, docs in checked):
@@ -360,31 +411,41 @@ class Pipeline:
     all_q = [x for q, _, _ in checked for x in q]
     q_all = self.embed(all_q, "query") if all_q else None
     prepared, po, qo = [], 0, 0
-    for (q, ps, docs), b in zip(checked, budgets):
+    for (q, ps, docs), b, s in zip(checked, budgets, sent):
       n = len(ps)
       if self.late_chunking and docs is not None:
         e = self._embedder.late_chunks(docs, ps)
-        cands = cands_lib.Candidates(ps, e, e, docs)
+        cands = cands_lib.Candidates(ps, e, e, docs, s)
       else:
-        cands = cands_lib.Candidates(ps, emb[po:po + n], sym[po:po + n], docs)
+        cands = cands_lib.Candidates(ps, emb[po:po + n], sym[po:po + n], docs, s)
       prepared.append(self._request(q, cands, None if not q else q_all[qo:qo + len(q)], b))
       po, qo = po + n, qo + len(q)
     outs = self._solve(prepared, k=k, min_gain=min_gain, batched=True)
-    return [self._result(r, out, k=k, min_gain=min_gain) for r, out in zip(prepared, outs)]
+    return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
+            for r, out in zip(prepared, outs)]
 
   # -- answering -------------------------------------------------------------------------------
-  def answer(self, query: str, documents_or_index=None, *, budget=256, template=None,
+  def answer(self, query: str, documents_or_index=None, *, budget=None, template=None,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, order: str = "document",
-             **select_kwargs) -> Answer:
+             context_window: Optional[int] = None, **select_kwargs) -> Answer:
     """Selects the context for `query` (as `select` does) and asks the generator.
+
+    Token counts are the generator's own (its `counter`: a `TransformersGenerator`'s tokenizer,
+    the tokenizer given to an `OpenAIGenerator`) unless the Pipeline was given a `tokenizer`.
 
     Args:
       query: the question (one string).
-      documents_or_index, budget, **select_kwargs: as in `select`.
+      documents_or_index, **select_kwargs: as in `select`.
+      budget: most tokens of the context as sent (default 256, or what the window leaves).
       template: the prompt, with `{context}` and `{query}` (default `SelectionResult.prompt`'s).
       max_new_tokens: the longest answer, in the generator's tokens.
       order: the context's order in the prompt: ``"document"`` (reading order, the default) or
         ``"selection"`` (most valuable first).
+      context_window: the model's window `N` in its tokens. The context gets what remains of it
+        after the template, the question, the chat template's own tokens and `max_new_tokens`
+        (and at most `budget`); the prompt as the generator reads it is then counted and, where
+        a join merges differently, the last picks are dropped until it is at most
+        `N - max_new_tokens`. A ValueError when the question and template alone do not fit.
 
     Returns:
       `Answer(text, selection, prompt, generator, timings)`.
@@ -392,12 +453,24 @@ class Pipeline:
     if not isinstance(query, str):
       raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
     t0 = time.perf_counter()
-    selection = self.select(query, documents_or_index, budget=budget, **select_kwargs)
-    prompt = selection.prompt(template, order=order)
-    t1 = time.perf_counter()
     # The offline default's model is loaded once per process (`default_generator`); nothing
     # is stored on the Pipeline: `answer` leaves it as it was.
     generator = self.generator if self.generator is not None else default_generator()
+    pipe = self if self.generator is generator else self.replace(generator=generator)
+    if template is None:
+      template = DEFAULT_TEMPLATE
+    limit = None
+    if context_window is not None:
+      limit, room = reader_lib.window_room(generator, query, template,
+                                           context_window=context_window,
+                                           max_new_tokens=max_new_tokens)
+      budget = room if budget is None else min(budget, room)
+    selection = pipe.select(query, documents_or_index,
+                            budget=DEFAULT_ANSWER_BUDGET if budget is None else budget,
+                            **select_kwargs)
+    selection, prompt = reader_lib.fit_prompt(selection, generator, pipe.tokenizer,
+                                              template=template, order=order, limit=limit)
+    t1 = time.perf_counter()
     text = generator.generate([prompt], max_new_tokens=max_new_tokens)[0]
     t2 = time.perf_counter()
     return Answer(text=text, selection=selection, prompt=prompt, generator=generator.name,
