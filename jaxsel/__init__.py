@@ -53,7 +53,7 @@ if TYPE_CHECKING:
   from jaxsel._src.agent.params import load_agent, save_agent
   from jaxsel._src.agent.train import (AgentDataset, TrainConfig, make_dataset, split_dataset,
                                        train_agent)
-  from jaxsel import files, registry, testing
+  from jaxsel import files, hop_scorer, registry, testing
 
 __version__ = "0.2.0"
 
@@ -143,6 +143,7 @@ __all__ = [
     "testing",
     # for scripts that build requests or write files themselves (`training/`)
     "files",
+    "hop_scorer",
     "registry",
 ]
 

@@ -37,7 +37,7 @@ LAYERS = [
     ("search", "baselines", "sharding", "encoders"),
     ("methods", "index", "agent"),
     ("pipeline",),
-    ("integrations", "testing", "registry", "files", "cli", "jaxsel"),
+    ("integrations", "testing", "registry", "files", "hop_scorer", "cli", "jaxsel"),
 ]
 
 

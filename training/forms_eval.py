@@ -29,9 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from jaxsel._src import methods  # noqa: E402
-from jaxsel._src.io import atomic_write, file_sha256  # noqa: E402
-from jaxsel._src.scorers import hops  # noqa: E402
+from jaxsel.files import atomic_write, file_sha256  # noqa: E402
+from jaxsel import hop_scorer as hops  # noqa: E402
 from training import context_eval, hop_features, hop_search  # noqa: E402
 
 BUDGETS = (128, 256, 384)
@@ -60,7 +59,7 @@ def run_set(name: str, form: str, *, base, cache: str, limit=None, weights=None,
     settings[m] = {**cfg, **context_eval.scorer_settings(cfg.get("corag_scorer"))}
     if m == "learned_hops":
       path = weights or hops.WEIGHTS
-      cfg["corag_scorer"] = methods.learned_hops_builder(hops.load_hop_params(path))
+      cfg["corag_scorer"] = hops.learned_hops_builder(hops.load_hop_params(path))
       settings[m]["weights_sha256"] = file_sha256(path)
     pipes[m] = pipe.replace(**cfg)
   tag = "" if limit is None else f"_first{limit}"
@@ -98,7 +97,7 @@ def run_batched(name: str, form: str, *, base, cache: str, limit=None, weights=N
       else:
         scorer = METHODS[m][1]["corag_scorer"]
         if m == "learned_hops":
-          scorer = methods.learned_hops_builder(hops.load_hop_params(weights or hops.WEIGHTS))
+          scorer = hops.learned_hops_builder(hops.load_hop_params(weights or hops.WEIGHTS))
         picks = hop_search.select(feats, scorer, budget=b)
       strict = hop_search.strict_joint(feats, picks)
       out[b][m] = {"strict": strict, "joint": strict, "recall": hop_search.recall(feats, picks),

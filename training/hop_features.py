@@ -28,8 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from jaxsel._src import methods  # noqa: E402
-from jaxsel._src.bridge import BridgeSignals  # noqa: E402
+from jaxsel import registry as methods  # noqa: E402
 from training import qa, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 from training.qa import QAExample  # noqa: E402
@@ -58,7 +57,7 @@ class Features(NamedTuple):
   passages: list  # [N] Passage
   query: np.ndarray  # [D]
   emb: np.ndarray  # [N, D]
-  signals: BridgeSignals
+  signals: object  # jaxsel.registry.text_signals(...)
   gold: np.ndarray  # [N] bool
 
   @property
