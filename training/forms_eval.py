@@ -86,6 +86,7 @@ def run_batched(name: str, form: str, *, base, cache: str, limit=None, weights=N
   the questions (`training/hop_search.py`: the same padding, request, scorer, search and top-up
   as `select`; NaiveRAG in NumPy), for machines where one `select` per question is too slow."""
   feats = hop_features.load(name, form, cache=cache, base=base, limit=limit)
+  enc = hop_features.encoder_for(name, form, cache=cache, base=base)
   t0 = time.time()
   out = {"n": len(feats)}
   nan = np.full(len(feats), np.nan)
@@ -98,7 +99,7 @@ def run_batched(name: str, form: str, *, base, cache: str, limit=None, weights=N
         scorer = METHODS[m][1]["corag_scorer"]
         if m == "learned_hops":
           scorer = hops.learned_hops_builder(hops.load_hop_params(weights or hops.WEIGHTS))
-        picks = hop_search.select(feats, scorer, budget=b)
+        picks = hop_search.select(feats, scorer, encoder=enc, budget=b)
       strict = hop_search.strict_joint(feats, picks)
       out[b][m] = {"strict": strict, "joint": strict, "recall": hop_search.recall(feats, picks),
                    "ms": nan}

@@ -2,9 +2,9 @@
 
 Shape legend: B questions of a batch, N candidates (padded), D embedding dimension.
 
-`select(features, scorer, budget=...)` runs the Pipeline's compiled CORAG solve (the registry
-scorer or a builder `(request) -> scorer`, the relevance top-up) for many questions at once
-under one `jax.vmap` per candidate bucket, and `naive` is NaiveRAG (relevance order, skip
+`select(features, scorer, encoder=..., budget=...)` is `Pipeline.select_many` with CORAG (the
+registry scorer or a builder `(request) -> scorer`, the relevance top-up) over many questions
+at once, and `naive` is NaiveRAG (relevance order, skip
 what no longer fits). Picks are candidate indices in order. Metrics: strict joint
 recall (every gold paragraph picked; a paragraph is one candidate here) and recall.
 """
@@ -15,8 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxsel._src import methods
-from jaxsel._src.pipeline import solve as solve_lib
+import jaxsel
 
 
 def pad_batch(feats: Sequence, n: int) -> dict:
@@ -40,33 +39,24 @@ def pad_batch(feats: Sequence, n: int) -> dict:
   return out
 
 
-def request_of(x: dict) -> methods.Request:
-  """The `methods.Request` of one padded question of `pad_batch` (as the Pipeline builds it)."""
-  return methods.request(x["query"], x["emb"], costs=x["costs"], links=x["links"],
+def request_of(x: dict) -> jaxsel.registry.Request:
+  """The `jaxsel.registry.Request` of one padded question of `pad_batch` (as the Pipeline builds it)."""
+  return jaxsel.registry.request(x["query"], x["emb"], costs=x["costs"], links=x["links"],
                          mentioned=x["mentioned"], entities=x["entities"], groups=x["groups"],
                          valid=x["valid"])
 
 
-def select(feats: Sequence, scorer, *, budget: float, iterations: int = 15,
+def select(feats: Sequence, scorer, *, encoder, budget: float, iterations: int = 15,
            exploration: float = 2.0, cost_penalty: float = 0.2, top_up: bool = True) -> list:
-  """CORAG picks (candidate indices in order) of every question: the Pipeline's compiled solve
-  (`pipeline.solve`), `jax.vmap`-ed over the questions of each candidate bucket."""
-  out = [None] * len(feats)
-  by_n = {}
-  for i, f in enumerate(feats):
-    by_n.setdefault(solve_lib.bucket(len(f.passages)), []).append(i)
-  settings = solve_lib.Settings.of(budget=budget, min_gain=None, discount=0.9,
-                                   exploration=exploration, cost_penalty=cost_penalty, diversity=0.3)
-  for n, rows in sorted(by_n.items()):
-    inputs = solve_lib.stack([solve_lib.pad_inputs(feats[i].query[None], feats[i].emb, feats[i].emb,
-                                                   feats[i].costs, feats[i].signals, n=n, q=1)
-                              for i in rows])
-    cfg = solve_lib.SolveConfig(method="corag", k=n, depth=n, scorer=scorer, iterations=iterations,
-                                top_up=top_up)
-    res = solve_lib.run(inputs, solve_lib.stack([settings] * len(rows)), cfg, batched=True)
-    for r, i in enumerate(rows):
-      out[i] = [int(j) for j in res.order[r][:int(res.count[r])]]
-  return out
+  """CORAG picks (candidate indices in order) of every question, by `Pipeline.select_many`
+  (so each equals `select`'s: the same padding, request, scorer, search and top-up) over the
+  questions' whole-paragraph `Passage`s. `encoder` is the `CachedEncoder` the features were
+  embedded with (`hop_features.encoder_for`), so nothing is embedded again; `scorer` is a
+  registry name or a builder `(request) -> scorer`."""
+  pipe = jaxsel.Pipeline(encoder, method="corag", corag_scorer=scorer, iterations=iterations,
+                         exploration=exploration, cost_penalty=cost_penalty, top_up=top_up)
+  results = pipe.select_many([(f.example.question, f.passages) for f in feats], budget=budget)
+  return [[f.passages.index(p) for p in r.passages] for f, r in zip(feats, results)]
 
 
 def naive(feats: Sequence, *, budget: float) -> list:
