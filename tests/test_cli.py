@@ -65,7 +65,7 @@ def test_select_with_queries_json_within_budget(files):
   assert 0 < d["certified"] <= 1 and d["bound"] >= d["selected"][-1]["value"]  # the certificate
   assert d["method"] == "facility_location" and len(d["queries"]) == 2
   assert 0 < d["cost"] <= 120 and d["budget"] == 120
-  assert d["cost"] == sum(s["tokens"] for s in d["selected"])
+  assert d["cost"] >= sum(s["tokens"] for s in d["selected"])  # the context as sent: + numbering
   for i, s in enumerate(d["selected"]):
     assert s["rank"] == i + 1 and source[s["start"]:s["end"]] == s["text"]
     assert s["source"] == str(path) and 0 <= s["score"] <= 1 and s["gain"] > 0

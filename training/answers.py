@@ -88,7 +88,7 @@ def select_contexts(pipe: "jaxsel.Pipeline", examples: Sequence[QAExample], *,
                     methods: Sequence[str] = METHODS, budget: float = 256.0,
                     progress: Optional[Callable[[int, int], None]] = None) -> dict:
   """Selects every question's context with every method; the prompts `Pipeline.answer` would
-  send.
+  send (give `pipe` the generator, so costs are counted in its tokens as `answer` counts them).
 
   The methods share the pipeline's embedding cache (`pipe.replace(method=...)`), so each
   question's paragraphs are embedded once. Each method runs with the pipeline's defaults.

@@ -113,7 +113,11 @@ def main(argv=None, *, encoder=None, generator=None) -> int:
   methods = [m for m in args.methods.split(",") if m]
   if encoder is None:
     encoder = jaxsel.load_encoder(args.encoder)
-  pipe = jaxsel.Pipeline(encoder)
+  if generator is None:
+    generator = (jaxsel.load_generator() if args.generator is None
+                 else jaxsel.load_generator(args.generator))
+  # Costs in the generator's tokens, as `Pipeline.answer` counts them.
+  pipe = jaxsel.Pipeline(encoder, generator=generator)
 
   t0 = time.perf_counter()
   step = max(1, len(examples) // 10)
@@ -122,9 +126,6 @@ def main(argv=None, *, encoder=None, generator=None) -> int:
       progress=lambda i, n: log(f"selected {i}/{n}") if i % step == 0 or i == n else None)
   select_seconds = time.perf_counter() - t0
 
-  if generator is None:
-    generator = (jaxsel.load_generator() if args.generator is None
-                 else jaxsel.load_generator(args.generator))
   cache = answers.AnswerCache(args.cache)
   prompts = [r["prompt"] for m in methods for r in rows[m]]
   info = [{"method": m, "id": r["id"]} for m in methods for r in rows[m]]

@@ -91,11 +91,11 @@ def test_script_end_to_end_resumes_from_the_cache(sample, tmp_path):
 def test_prompts_are_those_of_pipeline_answer(sample):
   """The batched evaluation asks exactly what `Pipeline.answer` would ask."""
   ex = sample[0]
-  pipe = jaxsel.Pipeline(HashEncoder())
+  gen = StubGenerator([ex])
+  pipe = jaxsel.Pipeline(HashEncoder(), generator=gen)  # costs in the generator's tokens, as answer's
   rows = answers.select_contexts(pipe, [ex], budget=256)
   for m in ("naive", "corag"):
-    gen = StubGenerator([ex])
-    got = pipe.replace(method=m, generator=gen).answer(ex.question, ex.texts(), budget=256,
+    got = pipe.replace(method=m).answer(ex.question, ex.texts(), budget=256,
                                                        max_new_tokens=32)
     assert got.prompt == rows[m][0]["prompt"]
     assert [p.doc for p in got.selection.passages] == rows[m][0]["picks"]
