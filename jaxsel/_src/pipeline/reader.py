@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from jaxsel._src import checks
 from jaxsel._src.generation import prompt_tokens
 from jaxsel._src.pipeline.result import fill_template
 from jaxsel._src.tokens import TokenCounter
@@ -72,11 +73,9 @@ def window_room(generator, query: str, template: str, *, context_window,
   """(the prompt's limit `context_window - max_new_tokens`, the tokens left for the context
   after the template, the question and the chat template), in `generator`'s tokens
   (`generation.prompt_tokens`). A ValueError when the question and template alone do not fit."""
-  if isinstance(context_window, bool) or not isinstance(context_window, (int, np.integer)) \
-      or context_window < 1:
-    raise ValueError(f"`context_window` must be a positive int (the model's window in its "
-                     f"tokens), got {context_window!r}.")
-  limit = int(context_window) - int(max_new_tokens)
+  context_window = checks.integer(context_window, "context_window",
+                                  what=" (the model's window in its tokens)")
+  limit = context_window - int(max_new_tokens)
   bare = prompt_tokens(generator, fill_template(template, [query], ""))
   if bare > limit:
     raise ValueError(
