@@ -60,6 +60,26 @@ def dataclass(cls):
   return cls
 
 
+def jit_when_eager(method):
+  """A method of a pytree class that, called outside any transform, runs as one compiled
+  program per class, static fields and argument shapes (`jax.jit` with `self` a traced
+  argument); under `jit`/`vmap` it is traced inline into the caller's program.
+
+  For methods whose body holds `lax.map` / `lax.scan` over a closure made at each call: run
+  eagerly, such a loop is a new XLA program at every call (about a second to compile, and
+  dozens of memory mappings that JAX's cache keeps, up to thousands of programs), so a loop of
+  eager calls compiled without end and could pass Linux's limit of 65530 mappings."""
+  program = jax.jit(method)
+
+  @functools.wraps(method)
+  def call(self, *args, **kwargs):
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((self, args, kwargs))):
+      return method(self, *args, **kwargs)
+    return program(self, *args, **kwargs)
+
+  return call
+
+
 # ----------------------------------------------------------------------------- static leaves
 # A pytree argument of a jitted function may hold leaves that are not arrays: a plain Python
 # callable passed as a CORAG scorer is itself one leaf, and a scorer's closure over a model is

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxsel
+from compiles import CompileCounter
 from jaxsel._src.base import KernelObjective
 
 N = 9
@@ -121,3 +122,24 @@ def test_a_pytree_for_jit_and_vmap(obj):
   stacked = jax.tree.map(lambda x: jnp.stack([x, x]), obj)
   vals = jax.jit(jax.vmap(lambda o: o.value(jnp.asarray(_mask([1, 3])))))(stacked)
   np.testing.assert_allclose(vals, [float(obj.value(_mask([1, 3])))] * 2, rtol=1e-5)
+
+
+COMPILES = CompileCounter()
+
+
+def test_eager_calls_compile_once_per_shape(obj):
+  """Called outside `jit` again with new values of the same shapes, no method compiles a new
+  program. The matrix-free and kNN objectives compiled one at every eager `value` and `gains`
+  (a `lax.scan` / `lax.map` over a new closure, about a second each), and JAX's cache kept each
+  with its memory mappings: a loop of eager calls could exhaust the process's mappings."""
+  def calls(picks, j):
+    obj.value(_mask(picks))
+    state = obj.update(obj.init(), jnp.asarray(j))
+    obj.gains(state)
+    obj.gains(state, jnp.asarray([j, 1, j], jnp.int32))
+    return obj.state_value(state)
+
+  calls([1, 3], 2)
+  with COMPILES:
+    calls([0, 5, 6], 7)
+  assert COMPILES.count == 0

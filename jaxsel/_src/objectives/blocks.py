@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxsel._src import checks
+from jaxsel._src import checks, pytree
 from jaxsel._src.base import Objective
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG, NEGATIVE_FIX, l2_normalize
 
@@ -46,12 +46,14 @@ class Blocked(Objective):
   def num_candidates(self) -> int:
     return self.valid.shape[-1]
 
+  @pytree.jit_when_eager
   def gains(self, state, idx: Optional[Array] = None) -> Array:
     """Marginal gains `[N]`, or `[M]` for the candidates `idx` `[M]`."""
     if idx is None:
       idx = jnp.arange(self.num_candidates, dtype=jnp.int32)
     return map_blocks(lambda ids: self._block_gains(state, ids), idx, self.block)
 
+  @pytree.jit_when_eager
   def value(self, selected: Array) -> Array:
     """`f` of a bool mask `[N]`; invalid candidates in the mask are ignored."""
     n = self.num_candidates

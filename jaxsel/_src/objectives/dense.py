@@ -93,6 +93,7 @@ class FacilityLocation(_Dense):
     q = 1 if self.relevance is None else self.relevance.shape[-2]
     return CoverState(jnp.zeros((q, self.num_candidates), self.sim_t.dtype))
 
+  @pytree.jit_when_eager
   def gains(self, state: CoverState, idx: Optional[Array] = None) -> Array:
     if cover_kernel.applies(self.sim_t, self.backend):
       return cover_kernel.cover_gains(self.sim_t, state.cover, self.relevance, idx)
@@ -135,6 +136,7 @@ class SaturatedCoverage(_Dense):
   def init(self) -> SaturationState:
     return SaturationState(jnp.zeros((self.num_candidates,), self.sim_t.dtype))
 
+  @pytree.jit_when_eager
   def gains(self, state: SaturationState, idx: Optional[Array] = None) -> Array:
     row_gains = lambda r_rows, _: rows.saturated_row_gains(r_rows, self.relevance, state.best)
     if idx is None:
