@@ -18,6 +18,7 @@ come from a model trained without that dataset (`--weights SET=path.safetensors`
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -107,6 +108,32 @@ def run_batched(name: str, form: str, *, base, cache: str, limit=None, weights=N
   return out
 
 
+REFERENCE = os.path.join(ROOT, "tests", "data", "hop_scorer_reference.json")
+
+
+def reference_record(name: str = "hotpot_test", form: str = "untitled", *, base, n: int = 8,
+                     budget: int = 256) -> dict:
+  """The shipped learned scorer's picks on the first `n` questions of `name` in `form`, with the
+  questions' texts, so a test can recompute them offline with the real encoder
+  (`tests/scorers/test_hops.py`): `pipe.select_many` with `corag_scorer="learned_hops"` (the
+  default search settings and top-up), NaiveRAG beside it, strict joint recall of both."""
+  examples = hop_features.load_examples(name, limit=n)
+  inputs = [(ex.question, hop_features.paragraph_passages(ex, form, base.tokenizer)) for ex in examples]
+  out = {"set": name, "form": form, "budget": budget, "encoder": hop_features.ENCODER,
+         "weights_sha256": file_sha256(hops.WEIGHTS), "questions": []}
+  pipes = {m: jaxsel.Pipeline(base, **METHODS[m][1]) for m in ("naive", "learned_hops")}
+  picks = {m: [[ps.index(p) for p in r.passages] for (_, ps), r in
+               zip(inputs, pipe.select_many(inputs, budget=budget))] for m, pipe in pipes.items()}
+  for i, ex in enumerate(examples):
+    out["questions"].append({"id": ex.id, "question": ex.question, "titles": list(ex.titles),
+                             "paragraphs": list(ex.passages), "gold": [bool(g) for g in ex.gold],
+                             **{f"picks_{m}": picks[m][i] for m in pipes}})
+  for m in pipes:
+    out[f"strict_{m}"] = float(np.mean([all(j in q[f"picks_{m}"] for j, g in enumerate(q["gold"]) if g)
+                                        for q in out["questions"]]))
+  return out
+
+
 def summary(res: dict, budgets=BUDGETS, *, n_resamples: int = 10_000) -> dict:
   """Means in % and paired bootstrap CIs of the difference from NaiveRAG (strict joint)."""
   out = {"n": res["n"]}
@@ -169,6 +196,11 @@ def main(argv=None) -> int:
   p.add_argument("--weights", default="", help="SET=path,...: learned weights per set (default shipped)")
   p.add_argument("--cache", default=hop_features.CACHE)
   p.add_argument("--out", default=os.path.join(ROOT, "out", "hops", "forms.json"))
+  p.add_argument("--record", default=None, metavar="FILE",
+                 help="only write the shipped learned scorer's picks on the first 8 HotpotQA test "
+                      f"questions (untitled, 256 tokens) to FILE, the test's reference ({REFERENCE})")
+  p.add_argument("--per-question", default=None, metavar="FILE.npz",
+                 help="also write each question's strict joint recall (`SET:FORM:BUDGET:METHOD` arrays)")
   p.add_argument("--batched", action="store_true",
                  help="whole-paragraph forms through the batched compiled solve (hop_search)")
   args = p.parse_args(argv)
@@ -180,13 +212,20 @@ def main(argv=None) -> int:
       limits[k or "*"] = int(v)
   budgets = [int(b) for b in args.budgets.split(",")]
   base = jaxsel.load_encoder(hop_features.ENCODER)
-  report = {}
+  if args.record:
+    rec = reference_record(base=base)
+    atomic_write(args.record, json.dumps(rec, indent=1).encode("utf-8"))
+    print(f"{args.record}: learned_hops {rec['strict_learned_hops']:.3f}, naive {rec['strict_naive']:.3f}")
+    return 0
+  report, per = {}, {}
   for name in args.sets.split(","):
     for form in args.forms.split(","):
       run = run_batched if args.batched and form != "split" else run_set
       res = run(name, form, base=base, cache=args.cache, limit=limits.get(name, limits.get("*")),
                     weights=weights.get(name), methods_=args.methods.split(","), budgets=budgets)
       report[f"{name}:{form}"] = s = summary(res, budgets)
+      per.update({f"{name}:{form}:{b}:{m}": np.asarray(res[b][m]["strict"], np.float32)
+                  for b in budgets for m in res[b] if m != "oracle"})
       for b in budgets:
         r = s[b]
         print(f"{name:12s} {form:8s} B={b}: naive {r['naive']:.1f} room {r['oracle_room']:+.1f} | " + " | ".join(
@@ -194,6 +233,10 @@ def main(argv=None) -> int:
             for m in args.methods.split(",") if m != "naive"), flush=True)
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   atomic_write(args.out, json.dumps(report, indent=1).encode("utf-8"))
+  if args.per_question:
+    buf = io.BytesIO()
+    np.savez(buf, **per)
+    atomic_write(args.per_question, buf.getvalue())
   return 0
 
 

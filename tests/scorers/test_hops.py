@@ -3,6 +3,7 @@ the learned scorer under jit/vmap in `corag_search`, the shipped weights (checks
 training script (loss falls, a checkpoint resumes bit-identically)."""
 
 import itertools
+import json
 import os
 import sys
 
@@ -18,7 +19,7 @@ from jaxsel._src.scorers import hops
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from training import train_hops  # noqa: E402
+from training import hop_features, qa, train_hops  # noqa: E402
 
 
 def _request(seed, n=7, d=16):
@@ -60,6 +61,25 @@ def test_reformulated_relevance_is_the_cosine_of_the_moved_query():
     h = (q + e[i]) / np.linalg.norm(q + e[i])
     assert got[i, j] == pytest.approx(h @ e[j], abs=1e-5)
   np.testing.assert_array_equal(np.diag(got), 0)
+
+
+def test_rank_features_are_clipped_to_the_training_range():
+  # Ranks beyond the 10 candidates of the training questions (MuSiQue's 20) were given as is and
+  # made the model rank its 11th-best chunk first; they are clipped at RANK_CLIP.
+  req = _request(4, n=20)
+  rel = np.asarray(methods.best_relevance(req))
+  valid = np.asarray(req.valid)
+  uf = np.asarray(hops.unary_features(jnp.asarray(rel), req.similarity, req.mentioned, req.costs,
+                                      req.valid))
+  col = hops.UNARY_FEATURES.index("relevance_rank")
+  rv = np.where(valid, rel, -np.inf)
+  want = np.minimum([(rv > rv[j]).sum() for j in range(20)], hops.RANK_CLIP) / hops.RANK_SCALE
+  np.testing.assert_allclose(uf[valid, col], want[valid], atol=1e-6)
+  assert uf[:, col].max() == pytest.approx(hops.RANK_CLIP / hops.RANK_SCALE)
+  pf = np.asarray(hops.pair_features(jnp.asarray(rel), req.similarity, req.links, req.entities,
+                                     req.valid))
+  assert pf[..., hops.PAIR_FEATURES.index("second_hop_rank")].max() == pytest.approx(
+      hops.RANK_CLIP / hops.RANK_SCALE)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -117,6 +137,18 @@ def test_shipped_weights_load_with_their_checksum(tmp_path):
     hops.load_hop_params(str(bad), sha256=hops.WEIGHTS_SHA256)
 
 
+def test_saved_weights_are_byte_identical_for_the_same_params_and_recipe(tmp_path):
+  # safetensors wrote several metadata keys in a random order: a retrain with the same recipe
+  # gave bit-identical weights but another file (and SHA-256).
+  params = hops.init_params(jax.random.key(0), hidden=4)
+  meta = {f"key{i}": i for i in range(8)}
+  shas = {hops.save_hop_params(str(tmp_path / f"w{i}.safetensors"), params, meta) for i in range(4)}
+  assert len(shas) == 1
+  loaded = hops.load_hop_params(str(tmp_path / "w0.safetensors"), sha256=shas.pop())
+  for k in params:
+    np.testing.assert_array_equal(np.asarray(loaded[k]), np.asarray(params[k]))
+
+
 def test_training_loss_falls_and_a_checkpoint_resumes_bit_identically(tmp_path):
   rng = np.random.default_rng(0)
   q, n = 12, train_hops.N_PAD
@@ -134,3 +166,25 @@ def test_training_loss_falls_and_a_checkpoint_resumes_bit_identically(tmp_path):
   assert len(rest) == 4
   for k in whole:
     np.testing.assert_array_equal(np.asarray(whole[k]), np.asarray(resumed[k]))
+
+
+def test_shipped_weights_reproduce_the_recorded_picks_offline():
+  # tests/data/hop_scorer_reference.json: the first 8 HotpotQA test questions without titles at
+  # 256 tokens, recorded by `training/forms_eval.py --record` with the shipped weights; here
+  # recomputed with the real all-MiniLM-L6-v2 through Pipeline.select_many.
+  with open(os.path.join(ROOT, "tests", "data", "hop_scorer_reference.json")) as f:
+    ref = json.load(f)
+  assert ref["weights_sha256"] == hops.WEIGHTS_SHA256
+  enc = jaxsel.load_encoder(ref["encoder"])
+  inputs = [(q["question"], hop_features.paragraph_passages(
+      qa.QAExample(q["id"], q["question"], tuple(q["titles"]), tuple(q["paragraphs"]),
+                   tuple(q["gold"]), ()), ref["form"], enc.tokenizer)) for q in ref["questions"]]
+  for method in ("naive", "learned_hops"):
+    pipe = jaxsel.Pipeline(enc, method="naive") if method == "naive" else jaxsel.Pipeline(
+        enc, method="corag", corag_scorer="learned_hops")
+    results = pipe.select_many(inputs, budget=ref["budget"])
+    got = [[ps.index(p) for p in r.passages] for (_, ps), r in zip(inputs, results)]
+    assert got == [q[f"picks_{method}"] for q in ref["questions"]]
+    strict = np.mean([all(j in g for j, gold in enumerate(q["gold"]) if gold)
+                      for g, q in zip(got, ref["questions"])])
+    assert strict == pytest.approx(ref[f"strict_{method}"])
