@@ -22,6 +22,7 @@ Never train on `hotpot_test` (refused).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -38,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from jaxsel import hop_scorer as hops  # noqa: E402
+from jaxsel import registry as methods  # noqa: E402
 from training import hop_features, hop_search, qa_sets  # noqa: E402
 
 N_PAD = 20  # every question padded to 20 candidates (HotpotQA and 2Wiki have 10, MuSiQue 20)
@@ -157,17 +159,37 @@ def train(data: dict, *, steps: int, batch_size: int = 64, lr: float = 3e-3, hid
   return {**weights, **fixed}, losses
 
 
+def with_distractors(feats: Sequence) -> list:
+  """Each question's paragraphs followed by the next question's (of `feats`, cyclically) as
+  extra non-gold candidates, with the text signals recomputed over all of them: questions with
+  twice the candidates (20 for HotpotQA and 2Wiki, as MuSiQue has), so the model sees ranks and
+  distractor counts beyond 10."""
+  out = []
+  for i, a in enumerate(feats):
+    b = feats[(i + 1) % len(feats)]
+    shift = max(p.doc for p in a.passages) + 1
+    ps = list(a.passages) + [dataclasses.replace(p, doc=p.doc + shift) for p in b.passages]
+    sig = methods.text_signals([p.text for p in ps], [p.doc for p in ps], [p.title for p in ps],
+                               [a.example.question])
+    out.append(hop_features.Features(a.example, ps, a.query, np.concatenate([a.emb, b.emb]), sig,
+                                     np.concatenate([a.gold, np.zeros(len(b.passages), bool)])))
+  return out
+
+
 def load_data(sets: Sequence[str], *, cache: str = hop_features.CACHE, limits=None,
-              base=None) -> dict:
-  """Both forms of every set in `sets` (the first `limits[set]` questions), stacked."""
+              base=None, distractors: bool = False) -> dict:
+  """Both forms of every set in `sets` (the first `limits[set]` questions), stacked; with
+  `distractors`, each set-form is followed by its `with_distractors` copy."""
   limits = limits or {}
   if qa_sets.TEST in sets:
     raise SystemExit(f"{qa_sets.TEST} is the held-out test split; never train on it.")
   parts = []
   for name in sets:
     for form in hop_features.FORMS:
-      parts.append(arrays(hop_features.load(name, form, cache=cache, base=base,
-                                            limit=limits.get(name))))
+      feats = hop_features.load(name, form, cache=cache, base=base, limit=limits.get(name))
+      parts.append(arrays(feats))
+      if distractors:
+        parts.append(arrays(with_distractors(feats)))
   return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -186,11 +208,13 @@ def main(argv=None) -> int:
   p.add_argument("--save-every", type=int, default=500)
   p.add_argument("--limits", default="", help="SET=N,...: the first N questions of SET only")
   p.add_argument("--cache", default=hop_features.CACHE)
+  p.add_argument("--distractors", action="store_true",
+                 help="also train on every question with the next one's paragraphs as distractors")
   args = p.parse_args(argv)
   sets = [s for s in args.sets.split(",") if s]
   limits = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.limits.split(",") if kv)}
   t0 = time.time()
-  data = load_data(sets, cache=args.cache, limits=limits)
+  data = load_data(sets, cache=args.cache, limits=limits, distractors=args.distractors)
   print(f"{len(data['gold'])} question-forms loaded in {time.time() - t0:.0f}s", flush=True)
   params, losses = train(data, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                          hidden=args.hidden, layers=args.layers, seed=args.seed,
@@ -201,6 +225,8 @@ def main(argv=None) -> int:
           "layers": args.layers, "gold_row_weight": args.gold_row_weight, "seed": args.seed,
           "unary_features": list(hops.UNARY_FEATURES), "pair_features": list(hops.PAIR_FEATURES),
           "encoder": hop_features.ENCODER}
+  if args.distractors:  # recorded only when used: the shipped weights' recipe predates it
+    meta["distractors"] = True
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   sha = hops.save_hop_params(args.out, params, meta)
   print(json.dumps({"out": args.out, "sha256": sha, "final_loss": float(np.mean(losses[-100:]))

@@ -188,3 +188,31 @@ def test_shipped_weights_reproduce_the_recorded_picks_offline():
     strict = np.mean([all(j in g for j, gold in enumerate(q["gold"]) if gold)
                       for g, q in zip(got, ref["questions"])])
     assert strict == pytest.approx(ref[f"strict_{method}"])
+
+
+def test_with_distractors_appends_the_next_questions_paragraphs_as_non_gold():
+  rng = np.random.default_rng(0)
+
+  def feats(qid, question, titles, paras, gold):
+    ex = qa.QAExample(qid, question, tuple(titles), tuple(paras), tuple(gold), ())
+    ps = [jaxsel.Passage(f"{t}: {p}", 0, len(t) + 2 + len(p), doc=i, tokens=10, title=t)
+          for i, (t, p) in enumerate(zip(titles, paras))]
+    sig = methods.text_signals([p.text for p in ps], [p.doc for p in ps], [p.title for p in ps], [question])
+    return hop_features.Features(ex, ps, rng.normal(size=4), rng.normal(size=(len(ps), 4)), sig,
+                                 np.asarray(gold, bool))
+
+  a = feats("a", "Who owns it?", ["Alpha Corp", "Beta"], ["Alpha Corp is a firm.", "Beta is a town."],
+            [True, False])
+  b = feats("b", "What is Delta?", ["Gamma", "Delta"], ["Gamma was bought by Alpha Corp.", "Delta is."],
+            [False, True])
+  out = train_hops.with_distractors([a, b])
+  assert len(out) == 2
+  x = out[0]
+  assert [p.text for p in x.passages] == [p.text for p in a.passages + b.passages]
+  assert [p.doc for p in x.passages] == [0, 1, 2, 3]
+  np.testing.assert_array_equal(x.gold, [True, False, False, False])
+  np.testing.assert_array_equal(x.emb, np.concatenate([a.emb, b.emb]))
+  np.testing.assert_array_equal(x.query, a.query)
+  assert x.signals.links[2, 0] == 1  # Gamma's paragraph names Alpha Corp: a link across the two
+  np.testing.assert_array_equal(out[1].gold, [False, True, False, False])
+  assert out[1].example.question == "What is Delta?"
