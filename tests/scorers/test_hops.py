@@ -137,6 +137,19 @@ def test_shipped_weights_load_with_their_checksum(tmp_path):
     hops.load_hop_params(str(bad), sha256=hops.WEIGHTS_SHA256)
 
 
+def test_weights_first_loaded_inside_jit_do_not_leak_a_tracer():
+  # The cached weights were JAX arrays: a first load inside a jit trace (the Pipeline's solve
+  # with the default scorer) cached that trace's tracers, and the next call failed with
+  # UnexpectedTracerError.
+  hops.load_hop_params.cache_clear()
+  inside = jax.jit(lambda x: x + sum(v.sum() for v in hops.load_hop_params().values()))(0.0)
+  params = hops.load_hop_params()
+  assert all(isinstance(v, np.ndarray) and v.dtype == np.float32 and not v.flags.writeable
+             for v in params.values())
+  np.testing.assert_allclose(float(inside), sum(float(v.sum()) for v in params.values()),
+                             rtol=1e-5)
+
+
 def test_saved_weights_are_byte_identical_for_the_same_params_and_recipe(tmp_path):
   # safetensors wrote several metadata keys in a random order: a retrain with the same recipe
   # gave bit-identical weights but another file (and SHA-256).

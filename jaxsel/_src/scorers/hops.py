@@ -183,7 +183,9 @@ def learned_hop_scorer(params, *, relevance, similarity, links, entities, mentio
 @functools.lru_cache(maxsize=4)
 def load_hop_params(path: Optional[str] = None, sha256: Optional[str] = None) -> dict:
   """The learned scorer's weights from a safetensors file (default: the shipped ones, checked
-  against `WEIGHTS_SHA256`; another file is checked against `sha256` when given)."""
+  against `WEIGHTS_SHA256`; another file is checked against `sha256` when given), as read-only
+  NumPy float32 arrays: cached, so the first call may come from inside a `jit` trace (the
+  Pipeline's solve), where JAX arrays made here would be that trace's tracers and leak."""
   if path is None:
     path, sha256 = WEIGHTS, WEIGHTS_SHA256
   if not os.path.isfile(path):
@@ -194,8 +196,10 @@ def load_hop_params(path: Optional[str] = None, sha256: Optional[str] = None) ->
     if got != sha256:
       raise ValueError(f"The weights at {path} have SHA-256 {got}, expected {sha256}: the file is "
                        "damaged or not the one this jaxsel was released with; reinstall jaxsel.")
-  arrays = load_file(path)
-  return {k: jnp.asarray(v, jnp.float32) for k, v in arrays.items()}
+  params = {k: np.array(v, np.float32) for k, v in load_file(path).items()}
+  for v in params.values():
+    v.setflags(write=False)
+  return params
 
 
 def save_hop_params(path: str, params: Mapping, metadata: Optional[dict] = None) -> str:
