@@ -677,8 +677,9 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the saturation curve as a PNG")
     p.add_argument("--scorer", default=None,
-                   help="what --method corag maximises: bridge (default: relevance plus the "
-                        "entities the question names and second hops named by earlier "
+                   help="what --method corag maximises: learned_hops (default: a small "
+                        "learned second-hop model, no titles needed), bridge (relevance plus "
+                        "the entities the question names and second hops named by earlier "
                         "passages), facility_location, saturated_coverage, relevance, links, "
                         "mentions_links")
 

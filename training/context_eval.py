@@ -49,7 +49,8 @@ METHODS = {
                      "exploration": 2.4, "cost_penalty": 0.1, "top_up": False}),
     "mentions_links": ("CORAG mentions_links (no top-up)",
                        {"method": "corag", "corag_scorer": "mentions_links", "top_up": False}),
-    "default": ("**CORAG default (bridge + top-up)**", {"method": "corag"}),
+    # The CORAG default of these runs (the Pipeline's default scorer is now "learned_hops").
+    "default": ("**CORAG default (bridge + top-up)**", {"method": "corag", "corag_scorer": "bridge"}),
 }
 
 

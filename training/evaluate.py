@@ -356,8 +356,9 @@ def markdown(report: dict, command: str) -> str:
            "tuning sets (the default was chosen on them; see the cross-dataset runs).", "",
            "Methods: NaiveRAG `method=\"naive\"`; the old CORAG default `method=\"corag\", "
            "corag_scorer=\"facility_location\", iterations=16, exploration=2.4, cost_penalty=0.1, "
-           "top_up=False`; `corag_scorer=\"mentions_links\", top_up=False`; the default `method=\"corag\"` "
-           "(scorer `\"bridge\"`, 15 iterations, c 2.0, λ 0.2, relevance top-up).", "",
+           "top_up=False`; `corag_scorer=\"mentions_links\", top_up=False`; the default of that time "
+           "`method=\"corag\"` (scorer `\"bridge\"`, 15 iterations, c 2.0, λ 0.2, relevance top-up; "
+           "since issue 23 the default scorer is `\"learned_hops\"`, see \"Whole paragraphs with and without titles\").", "",
            "Reproduce (embeddings and picks are cached in `out/eval/`, so a rerun only recomputes what "
            "changed):", "", "```bash", command, "```", ""]
   if "tables" in report:

@@ -156,7 +156,7 @@ BRIDGE_WEIGHTS = {"mention": 1.5, "link": 0.75, "entities": 0.5, "entity_scale":
 
 def _bridge(req: Request, discount, *, mention: float, link: float, entities: float,
             entity_scale: float, same_group: float):
-  """The default CORAG scorer: of an ordered set o,
+  """The bridge CORAG scorer (the default before `"learned_hops"`): of an ordered set o,
   `Σ_t [r(o_t) + mention·mentioned(o_t)] + link·Σ_t max_{s<t} links[o_s, o_t]
    + entities·Σ_t max_{s<t} min(ent[o_s, o_t] / entity_scale, 1) − same_group·#{s<t: same group}`:
   relevance, the lead entities the question names, a second hop named by an earlier passage or

@@ -111,7 +111,7 @@ def test_pipeline_uses_the_models_prompts(minilm):
 def test_select_many_equals_select_with_the_real_minilm(minilm):
   """A stream of mixed requests (one or two HotpotQA questions, one or two Wikipedia extracts)
   through `select_many` picks what `select` picks request by request, with the real model:
-  NaiveRAG, facility location and the default CORAG (bridge search + top-up)."""
+  NaiveRAG, facility location and the default CORAG (learned_hops search + top-up)."""
   data = pathlib.Path(jaxsel.__file__).parent / "data"
   doc = (data / "hotpotqa_wiki.md").read_text("utf-8")
   qs = [json.loads(l)["question_text"] for l in

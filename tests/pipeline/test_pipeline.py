@@ -149,9 +149,9 @@ def _top_up_reference(order, costs, relevance, budget):
   return order
 
 
-def test_the_default_corag_is_the_bridge_search_then_a_relevance_top_up(enc):
+def test_the_default_corag_is_the_learned_hops_search_then_a_relevance_top_up(enc):
   """`method="corag"` with its defaults equals, step by step: the text signals, the registry's
-  "bridge" scorer, `corag_search` (15 iterations, c 2.0, λ 0.2) and the top-up."""
+  "learned_hops" scorer, `corag_search` (15 iterations, c 2.0, λ 0.2) and the top-up."""
   docs = [f"{t}: {DOC[a:a + 300]}" for t, a in (("Kiss and Tell", 0), ("Shirley Temple", 2000),
                                                  ("Janet Waldo", 4000), ("Meet Corliss Archer", 600))]
   res = Pipeline(enc, method="corag", max_tokens=60).select(Q0, docs, budget=150)
@@ -162,8 +162,9 @@ def test_the_default_corag_is_the_bridge_search_then_a_relevance_top_up(enc):
   e = enc.encode([p.text for p in passages], prompt_name="passage")
   req = methods.request(enc.encode([Q0], prompt_name="query"), e, costs=costs, links=sig.links,
                         mentioned=sig.mentioned, entities=sig.entities, groups=sig.groups)
-  ref = search.corag_search(methods.scorer("bridge", req), costs, budget=150.0, iterations=15,
-                            exploration=2.0, cost_penalty=0.2, max_depth=len(passages))
+  assert Pipeline(enc, method="corag").config.corag_scorer == "learned_hops"
+  ref = search.corag_search(methods.scorer("learned_hops", req), costs, budget=150.0,
+                            iterations=15, exploration=2.0, cost_penalty=0.2, max_depth=len(passages))
   searched = [int(i) for i in np.asarray(ref.order)[:int(ref.length)]]
   want = _top_up_reference(searched, costs, np.asarray(methods.best_relevance(req)), 150.0)
   assert res.indices.tolist() == want and res.cost <= 150

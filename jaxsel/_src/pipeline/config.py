@@ -36,12 +36,15 @@ class PipelineConfig:
     diversity: MMR's weight on redundancy, in [0, 1] (0 is relevance order).
     corag_scorer: what the CORAG search maximises: a name of the scorer registry
       (`jaxsel.available_scorers()`), or a callable `(request: jaxsel.Request) -> scorer`.
-      The default ``"bridge"`` adds to relevance what a multi-hop question needs: the entities
-      it names, a second passage named by an earlier one or sharing its rarer names, and a
-      cost for reading one document (or section) twice; the signals come from the text itself
-      (lead entity: a heading, a leading "Title: ", else a first capitalised phrase), no titles
-      needed. The others: the objectives, ``"relevance"``, and the link scorers ``"links"`` /
-      ``"mentions_links"``.
+      The default ``"learned_hops"`` is a small learned second-hop model (shipped weights,
+      `jaxsel/data/hop_scorer.safetensors`) over per-request features (relevance and its
+      rank, similarity to earlier picks, the text signals, costs): it maximises the expected
+      number of needed passages, and needs no titles. ``"bridge"`` (the default before it)
+      adds to relevance the entities the question names, a second passage named by an
+      earlier one or sharing its rarer names, and a cost for reading one document (or
+      section) twice; its signals come from the text (lead entity: a heading, a leading
+      "Title: ", else a first capitalised phrase) and lean on titles. The others: the
+      objectives, ``"relevance"``, and the link scorers ``"links"`` / ``"mentions_links"``.
     discount: position discount of the objective and relevance scorers (earlier chunks count
       more), in (0, 1].
     iterations, exploration, cost_penalty, max_depth: CORAG search settings (a configuration
@@ -66,7 +69,7 @@ class PipelineConfig:
   nonneg: str = "clip"
   candidates: int = 64
   diversity: float = 0.3
-  corag_scorer: Any = "bridge"
+  corag_scorer: Any = "learned_hops"
   discount: float = 0.9
   iterations: int = 15
   exploration: float = 2.0

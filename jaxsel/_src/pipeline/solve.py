@@ -99,7 +99,7 @@ class SolveConfig:
   k: int
   depth: int
   greedy_method: str = "lazy"
-  scorer: Any = "bridge"
+  scorer: Any = "learned_hops"
   iterations: int = 15
   nonneg: str = "clip"
   dense: bool = True
