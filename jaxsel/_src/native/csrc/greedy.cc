@@ -25,6 +25,40 @@
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
+namespace jaxsel {
+
+typedef float F8 __attribute__((vector_size(32)));
+
+// Columns of the 8 x 8 block whose rows are r[0..7].
+inline void Transpose8(F8* r) {
+  F8 t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t1 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 t4 = __builtin_shufflevector(r[4], r[5], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t5 = __builtin_shufflevector(r[4], r[5], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 t6 = __builtin_shufflevector(r[6], r[7], 0, 8, 1, 9, 4, 12, 5, 13);
+  F8 t7 = __builtin_shufflevector(r[6], r[7], 2, 10, 3, 11, 6, 14, 7, 15);
+  F8 u0 = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u1 = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+  F8 u2 = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u3 = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+  F8 u4 = __builtin_shufflevector(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u5 = __builtin_shufflevector(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+  F8 u6 = __builtin_shufflevector(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
+  F8 u7 = __builtin_shufflevector(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+  r[0] = __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[4] = __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+  r[1] = __builtin_shufflevector(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[5] = __builtin_shufflevector(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+  r[2] = __builtin_shufflevector(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[6] = __builtin_shufflevector(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+  r[3] = __builtin_shufflevector(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+  r[7] = __builtin_shufflevector(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+}  // namespace jaxsel
+
 namespace ffi = xla::ffi;
 using jaxsel::ParallelFor;
 
@@ -278,14 +312,34 @@ struct GainBounder {
     return c > 0 ? g / static_cast<T>(c) : (g > 0 ? std::numeric_limits<T>::infinity() : T(0));
   }
 
+  // Summed largest first, so the value does not depend on how they were found: for a small K
+  // by insertion into a sorted list of K (one comparison for most entries), else a selection.
   T TopK(const T* u, const char* eligible, int64_t K, int64_t N) {
     top.clear();
-    for (int64_t j = 0; j < N; ++j)
-      if (eligible[j]) top.push_back(u[j] > T(0) ? u[j] : T(0));
-    if (K < static_cast<int64_t>(top.size()))
-      std::nth_element(top.begin(), top.begin() + K, top.end(), std::greater<T>());
+    if (K <= 0) return T(0);
+    if (K <= 16) {
+      top.reserve(K + 1);
+      for (int64_t j = 0; j < N; ++j) {
+        if (!eligible[j]) continue;
+        const T x = u[j] > T(0) ? u[j] : T(0);
+        const int64_t m = static_cast<int64_t>(top.size());
+        if (m == K && !(x > top[m - 1])) continue;
+        if (m < K) top.push_back(x);
+        int64_t i = (m < K ? m : K - 1);
+        for (; i > 0 && top[i - 1] < x; --i) top[i] = top[i - 1];
+        top[i] = x;
+      }
+    } else {
+      for (int64_t j = 0; j < N; ++j)
+        if (eligible[j]) top.push_back(u[j] > T(0) ? u[j] : T(0));
+      if (K < static_cast<int64_t>(top.size())) {
+        std::nth_element(top.begin(), top.begin() + K, top.end(), std::greater<T>());
+        top.resize(K);
+      }
+      std::sort(top.begin(), top.end(), std::greater<T>());
+    }
     T total = 0;
-    for (int64_t i = 0; i < std::min<int64_t>(K, top.size()); ++i) total += top[i];
+    for (const T x : top) total += x;
     return total;
   }
 
@@ -465,6 +519,24 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
       if (p.j >= 0 && (best.j < 0 || p.crit > best.crit)) best = p;
     return best;
   };
+  std::vector<size_t> frontier;  // heap positions, a max-heap by their keys
+  auto heap_top_k = [&]() {
+    T total = 0;
+    if (heap.empty()) return total;
+    auto lower = [&](size_t a, size_t b) { return above(heap[b], heap[a]); };
+    frontier.assign(1, 0);
+    for (int64_t taken_k = 0; taken_k < K && !frontier.empty(); ++taken_k) {
+      std::pop_heap(frontier.begin(), frontier.end(), lower);
+      const size_t p = frontier.back();
+      frontier.pop_back();
+      total += heap[p].first > T(0) ? heap[p].first : T(0);
+      for (size_t c = 2 * p + 1; c <= 2 * p + 2 && c < heap.size(); ++c) {
+        frontier.push_back(c);
+        std::push_heap(frontier.begin(), frontier.end(), lower);
+      }
+    }
+    return total;
+  };
   GainBounder<T> bounder;
   T bound = kInf;
   int64_t step = 0;
@@ -520,7 +592,9 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
           [&](int64_t i) { return stamp[i] == step || seen[i] == step; },
           [&](int64_t i) { u[i] = gain(i), seen[i] = static_cast<int32_t>(step); });
     }
-    const T top = bounder.TopK(u, eligible.data(), K, N);
+    // Lazy without costs: the heap holds exactly the eligible candidates, keyed by u, so its K
+    // largest keys come from a walk down its top (O(K log K), largest first, as TopK sums them).
+    const T top = lazy && C == nullptr ? heap_top_k() : bounder.TopK(u, eligible.data(), K, N);
     adds = top < adds ? top : adds;
     bound = value + adds < bound ? value + adds : bound;
     if (best.j < 0 || best.gain < floor) break;
@@ -564,11 +638,28 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
   return taken;
 }
 
-// dst[j, i] = src[i, j] for the rows j in [lo, hi) of dst [N, N], in cache-sized tiles.
+// dst[j, i] = src[i, j] for the rows j in [lo, hi) of dst [N, N], in cache-sized tiles; float32
+// in 8 x 8 blocks transposed in registers (Transpose8), the ragged edges one by one.
 template <typename T>
 void TransposeRows(const T* __restrict src, T* __restrict dst, int64_t N, int64_t lo, int64_t hi) {
-  constexpr int64_t kTile = 32;
-  for (int64_t jb = lo; jb < hi; jb += kTile) {
+  constexpr int64_t kTile = 64;
+  int64_t j8 = lo, i8 = 0;  // [lo, j8) x [0, i8) done in blocks
+  if constexpr (std::is_same<T, float>::value) {
+    using jaxsel::F8;
+    j8 = lo + (hi - lo) / 8 * 8, i8 = N / 8 * 8;
+    for (int64_t jb = lo; jb < j8; jb += kTile)
+      for (int64_t ib = 0; ib < i8; ib += kTile)
+        for (int64_t j0 = jb; j0 < std::min(jb + kTile, j8); j0 += 8)
+          for (int64_t i0 = ib; i0 < std::min(ib + kTile, i8); i0 += 8) {
+            F8 r[8];
+            for (int k = 0; k < 8; ++k) std::memcpy(&r[k], src + (i0 + k) * N + j0, sizeof(F8));
+            jaxsel::Transpose8(r);
+            for (int c = 0; c < 8; ++c) std::memcpy(dst + (j0 + c) * N + i0, &r[c], sizeof(F8));
+          }
+  }
+  for (int64_t j = lo; j < j8; ++j)
+    for (int64_t i = i8; i < N; ++i) dst[j * N + i] = src[i * N + j];
+  for (int64_t jb = j8; jb < hi; jb += kTile) {
     const int64_t je = std::min(jb + kTile, hi);
     for (int64_t ib = 0; ib < N; ib += kTile) {
       const int64_t ie = std::min(ib + kTile, N);
@@ -711,7 +802,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, CoverGreedy,
 
 namespace jaxsel_host {
 
-typedef float F8 __attribute__((vector_size(32)));
+using jaxsel::F8;
+using jaxsel::Transpose8;
 typedef double D8 __attribute__((vector_size(64)));
 typedef int32_t I8 __attribute__((vector_size(32)));
 typedef int64_t L8 __attribute__((vector_size(64)));
@@ -759,33 +851,6 @@ struct Stats {
 inline F8 ToF8(F8 x) { return x; }
 inline F8 ToF8(D8 x) { return __builtin_convertvector(x, F8); }
 
-// Columns of the 8 x 8 block whose rows are r[0..7].
-inline void Transpose8(F8* r) {
-  F8 t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
-  F8 t1 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
-  F8 t2 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
-  F8 t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
-  F8 t4 = __builtin_shufflevector(r[4], r[5], 0, 8, 1, 9, 4, 12, 5, 13);
-  F8 t5 = __builtin_shufflevector(r[4], r[5], 2, 10, 3, 11, 6, 14, 7, 15);
-  F8 t6 = __builtin_shufflevector(r[6], r[7], 0, 8, 1, 9, 4, 12, 5, 13);
-  F8 t7 = __builtin_shufflevector(r[6], r[7], 2, 10, 3, 11, 6, 14, 7, 15);
-  F8 u0 = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
-  F8 u1 = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
-  F8 u2 = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
-  F8 u3 = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
-  F8 u4 = __builtin_shufflevector(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
-  F8 u5 = __builtin_shufflevector(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
-  F8 u6 = __builtin_shufflevector(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
-  F8 u7 = __builtin_shufflevector(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
-  r[0] = __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
-  r[4] = __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
-  r[1] = __builtin_shufflevector(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
-  r[5] = __builtin_shufflevector(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
-  r[2] = __builtin_shufflevector(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
-  r[6] = __builtin_shufflevector(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
-  r[3] = __builtin_shufflevector(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
-  r[7] = __builtin_shufflevector(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
-}
 
 // Output rows [lo, hi) of `out` [n, n], or with out == nullptr a check of input rows [lo, hi).
 // transpose: out[j, i] = in[i, j], else in[j, i]; with `valid` (or nullptr) an entry in an
