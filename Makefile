@@ -25,8 +25,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/jaxsel demo
 
+# Two pytest-xdist workers, one test file at a time each (module fixtures are built once);
+# XLA compiles on one thread, so two processes keep CI's two cores busy.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(PY) bench/greedy.py

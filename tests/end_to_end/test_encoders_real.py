@@ -108,6 +108,7 @@ def test_pipeline_uses_the_models_prompts(minilm):
                                   np.asarray(minilm.encode(SENTENCES, prompt=role + ": ")))
 
 
+@pytest.mark.slow
 def test_select_many_equals_select_with_the_real_minilm(minilm):
   """A stream of mixed requests (one or two HotpotQA questions, one or two Wikipedia extracts)
   through `select_many` picks what `select` picks request by request, with the real model:

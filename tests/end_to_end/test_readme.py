@@ -20,6 +20,7 @@ def blocks() -> list:
   return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
+@pytest.mark.slow
 def test_every_python_block_runs(tmp_path, monkeypatch):
   code = blocks()
   assert len(code) >= 8

@@ -333,6 +333,7 @@ def _eight_device_checks() -> dict:
   return out
 
 
+@pytest.mark.slow
 def test_eight_devices():
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
@@ -346,6 +347,7 @@ def test_eight_devices():
   assert not failed, results
 
 
+@pytest.mark.slow
 def test_multihost_example_two_processes():
   """The README's multi-host recipe: two processes (4 CPU devices each) joined by
   `jax.distributed.initialize`, candidate- and data-parallel greedy equal one device."""

@@ -249,6 +249,7 @@ def test_select_many_runs_every_method_batched_and_equals_select(enc, method):
       _same_result(got, pipe.select(q, docs, **kw))
 
 
+@pytest.mark.slow
 def test_select_many_with_an_agent_late_chunks_and_a_scorer_builder(enc):
   """Per-request search choices (a configuration agent) are grouped and batched; late chunks
   and a custom scorer builder give `select`'s picks too."""
@@ -497,6 +498,7 @@ def test_precomputed_embeddings_are_not_embedded_again(enc):
 COMPILES = CompileCounter()
 
 
+@pytest.mark.slow
 def test_a_stream_of_requests_compiles_a_handful_of_programs(enc):
   """50 requests of varying sizes (5-60 candidates, 1-2 queries, all methods) compile one
   program per (method, shape bucket) and nothing more; the same stream with new numbers
