@@ -103,6 +103,18 @@ def load_model(name_or_path: str):
     raise CLIError(f"cannot load the encoder {name_or_path!r}: {e}") from None
 
 
+def quiet_progress_bars() -> None:
+  """No download or loading bars of Hugging Face libraries (`--quiet`), without importing them:
+  `huggingface_hub` reads HF_HUB_DISABLE_PROGRESS_BARS when it is imported, and `transformers`
+  (imported only for the answer model and tokenizers jaxsel does not read itself) asks
+  `huggingface_hub` when it is; either one already loaded is switched off directly."""
+  os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+  if "huggingface_hub.utils" in sys.modules:
+    sys.modules["huggingface_hub.utils"].disable_progress_bars()
+  if "transformers" in sys.modules:
+    sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def compile_cache_dir(environ=None) -> Optional[Path]:
   """Where the command keeps JAX's persistent compilation cache, or None when it is off.
 
@@ -830,8 +842,7 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None,
     if folder is not None and enable_compile_cache(folder):
       repair = repairing_compile_cache(folder, quiet=args.quiet)
     if args.quiet:
-      import transformers  # what loads the tokenizer anyway, after the checks
-      transformers.utils.logging.disable_progress_bar()
+      quiet_progress_bars()
     with repair:
       args.func(args, out)
     out.flush()

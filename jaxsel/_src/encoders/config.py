@@ -10,16 +10,23 @@ Two families share one module (`jaxsel._src.encoders.bert`):
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import types
+from pathlib import Path
 from typing import Any
-
-import transformers
 
 from jaxsel._src import checks
 from jaxsel._src.base import BACKENDS
 
 BERT_TYPES = ("bert",)
 ROBERTA_TYPES = ("xlm-roberta", "roberta", "camembert")
+
+# The config.json keys from which `from_pretrained` builds the config without `transformers`
+# (the rest keep transformers' defaults: absolute positions).
+JSON_KEYS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
+             "layer_norm_eps", "pad_token_id")
 
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
@@ -112,11 +119,19 @@ class EncoderConfig:
 
   @classmethod
   def from_pretrained(cls, path: str | os.PathLike, **overrides) -> "EncoderConfig":
-    """From a checkpoint folder's `config.json`, read by `transformers.AutoConfig`."""
+    """From a checkpoint folder's `config.json`: read as JSON when it names every one of
+    `JSON_KEYS` (no `transformers` import, seconds with PyTorch behind it), else by
+    `transformers.AutoConfig`, which fills in the model type's defaults."""
+    file = Path(os.fspath(path)) / "config.json"
+    raw = json.loads(file.read_text("utf-8")) if file.is_file() else {}
+    if isinstance(raw, dict) and all(k in raw for k in JSON_KEYS):
+      return cls.from_hf(types.SimpleNamespace(**raw), **overrides)
+    import transformers  # seconds to import: only configs that leave keys to its defaults
     return cls.from_hf(transformers.AutoConfig.from_pretrained(os.fspath(path)), **overrides)
 
   def to_hf(self):
     """The matching `transformers` config (used by tests to build a PyTorch reference)."""
+    import transformers  # seconds to import: tests and conversions only
     kw = dict(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
               num_hidden_layers=self.num_hidden_layers,
               num_attention_heads=self.num_attention_heads,

@@ -25,7 +25,6 @@ from typing import Optional, Sequence
 import numpy as np
 import jax
 import jax.numpy as jnp
-import transformers
 from flax import nnx
 
 from jaxsel._src import checks, native
@@ -35,6 +34,7 @@ from jaxsel._src.encoders.batching import (bucketed_batches, check_batch_size, j
 from jaxsel._src.encoders.bert import SequenceClassifier
 from jaxsel._src.encoders.config import EncoderConfig
 from jaxsel._src.encoders.sentence import TokenizedModel
+from jaxsel._src.encoders.tokenizer import load_tokenizer
 
 Array = jax.Array
 
@@ -121,6 +121,7 @@ def load_cross_encoder(name_or_path, *, dtype=jnp.float32, max_length: Optional[
   """
   native.check_backend(backend)
   folder = loading.checkpoint_folder(name_or_path, dtype)
+  import transformers  # seconds to import: the classifier head's settings need its AutoConfig
   hf = transformers.AutoConfig.from_pretrained(str(folder))
   archs = getattr(hf, "architectures", None) or []
   if archs and not any(a.endswith("ForSequenceClassification") for a in archs):
@@ -132,5 +133,5 @@ def load_cross_encoder(name_or_path, *, dtype=jnp.float32, max_length: Optional[
   loading.backbone_prefix(state, (backbone,))  # raises unless the backbone sits under it
   model = loading.load_into(lambda: SequenceClassifier(cfg, dtype=dtype, rngs=nnx.Rngs(0)),
                             state, dtype=dtype)
-  tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+  tok = load_tokenizer(folder)
   return CrossEncoder(model, tok, max_length=max_length, name=str(name_or_path))

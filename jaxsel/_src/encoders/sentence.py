@@ -34,7 +34,6 @@ checkpoint's `config_sentence_transformers.json`, a known family preset, or
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
@@ -42,7 +41,6 @@ from typing import Any, NamedTuple, Optional, Sequence
 import numpy as np
 import jax
 import jax.numpy as jnp
-import transformers
 from flax import nnx
 
 from jaxsel._src import checks, native
@@ -51,6 +49,7 @@ from jaxsel._src.encoders.batching import (bucketed_batches, check_batch_size, j
                                            packed_tokens, progress_bar)
 from jaxsel._src.encoders.bert import BertModel
 from jaxsel._src.encoders.config import EncoderConfig
+from jaxsel._src.encoders.tokenizer import load_tokenizer
 from jaxsel._src.numerics import l2_normalize
 
 Array = jax.Array
@@ -428,10 +427,6 @@ def preset_prompts(name: str) -> dict:
   return {}
 
 
-def _tokenizer(folder: Path):
-  return transformers.AutoTokenizer.from_pretrained(os.fspath(folder))
-
-
 def load_encoder(name_or_path, *, dtype=jnp.float32, pooling: Optional[str] = None,
                  max_length: Optional[int] = None, prompts: Optional[dict] = None,
                  normalize: Optional[bool] = None, backend: str = "auto") -> SentenceEncoder:
@@ -469,7 +464,7 @@ def load_encoder(name_or_path, *, dtype=jnp.float32, pooling: Optional[str] = No
   all_prompts.update(st.get("prompts", {}))
   all_prompts.update(prompts or {})
   return SentenceEncoder(
-      model, _tokenizer(folder), pooling=pooling or st.get("pooling", "mean"),
+      model, load_tokenizer(folder), pooling=pooling or st.get("pooling", "mean"),
       normalize=st.get("normalize", True) if normalize is None else normalize,
       max_length=max_length if max_length is not None else st.get("max_length"),
       prompts=all_prompts, name=str(name_or_path))
