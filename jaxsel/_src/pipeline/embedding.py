@@ -23,14 +23,16 @@ class EmbeddingCache:
     self._items = collections.OrderedDict()
 
   def get(self, key: Hashable, compute: Callable[[], np.ndarray], *, size: int) -> np.ndarray:
-    """The cached value of `key`, else `compute()`, kept (read-only) when `size` > 0 with at
-    most `size` entries."""
+    """The cached value of `key` (an array, or a tuple of arrays), else `compute()`, kept
+    (read-only) when `size` > 0 with at most `size` entries."""
     if key in self._items:
       self._items.move_to_end(key)
       return self._items[key]
     out = compute()
     if size:
-      out.flags.writeable = False  # shared by later calls: nobody may change it in place
+      for a in out if isinstance(out, tuple) else (out,):
+        if isinstance(a, np.ndarray):
+          a.flags.writeable = False  # shared by later calls: nobody may change it in place
       self._items[key] = out
       while len(self._items) > size:
         self._items.popitem(last=False)

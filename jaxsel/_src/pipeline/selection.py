@@ -281,10 +281,18 @@ class Pipeline:
       scorer, it, c, lam = choice.scorer, choice.iterations, choice.exploration, choice.cost_penalty
     signals = None
     if callable(scorer) or scorer in methods.USES_TEXT_SIGNALS:
-      ps = cands.passages
-      signals = methods.text_signals([p.text for p in ps], [p.doc for p in ps],
-                                     [p.title for p in ps], queries)
+      signals = self._text_signals(queries, cands.passages)
     return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals)
+
+  def _text_signals(self, queries: list, passages: list):
+    """`methods.text_signals` of a request (tens of milliseconds of Python for 20 passages),
+    kept in the embedding cache beside the request's embeddings: a repeated request (`select`
+    or `select_many`) reads them back."""
+    texts, docs, titles = (tuple(p.text for p in passages), tuple(p.doc for p in passages),
+                           tuple(p.title for p in passages))
+    return self._cache.get(("text signals", tuple(queries), texts, docs, titles),
+                           lambda: methods.text_signals(texts, docs, titles, queries),
+                           size=self.config.cache_size)
 
   # -- the solve -------------------------------------------------------------------------------
   def _solve_config(self, r: _Request, *, n: int, k: int, min_gain) -> solve_lib.SolveConfig:
@@ -313,21 +321,20 @@ class Pipeline:
       # k is static: bucketed too (the picks are cut to the request's own k afterwards).
       config = self._solve_config(requests[rows[0]], n=n_pad,
                                   k=n_pad if k is None else min(int(k), n_pad), min_gain=min_gain)
-      inputs, settings = [], []
-      for i in rows:
-        r = requests[i]
-        c = r.candidates
-        inputs.append(solve_lib.pad_inputs(r.query_embeddings, c.embeddings, c.symmetric, c.costs,
-                                           r.signals, n=n_pad, q=q_pad))
-        settings.append(solve_lib.Settings.of(
-            budget=r.budget, min_gain=min_gain, discount=cfg.discount, exploration=r.exploration,
-            cost_penalty=r.cost_penalty, diversity=cfg.diversity))
+      inputs = solve_lib.pad_batch(
+          [(requests[i].query_embeddings, requests[i].candidates.embeddings,
+            requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals)
+           for i in rows], n=n_pad, q=q_pad)
+      settings = [solve_lib.Settings.of(
+          budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
+          exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
+          diversity=cfg.diversity) for i in rows]
       if not batched:
-        outs[rows[0]] = solve_lib.run(inputs[0], settings[0], config)
+        outs[rows[0]] = solve_lib.run(solve_lib.row(inputs, 0), settings[0], config)
         continue
-      out = solve_lib.run(solve_lib.stack(inputs), solve_lib.stack(settings), config, batched=True)
+      out = solve_lib.run(inputs, solve_lib.stack(settings), config, batched=True)
       for b, i in enumerate(rows):
-        outs[i] = solve_lib.Output(*(x[b] for x in out))
+        outs[i] = solve_lib.row(out, b)
     return outs
 
   def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:

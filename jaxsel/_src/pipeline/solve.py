@@ -198,28 +198,39 @@ def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: 
   return {"order": order, "length": length, "cost": spent}
 
 
-def pad_inputs(q_emb: Optional[np.ndarray], p_emb: np.ndarray, s_emb: np.ndarray,
-               costs: np.ndarray, signals=None, *, n: int, q: int) -> Inputs:
-  """One request's arrays padded to `n` candidates and `q` queries (host side); `signals` is a
-  `bridge.BridgeSignals` or None."""
-  m, d = p_emb.shape
-  nq = 0 if q_emb is None else q_emb.shape[0]
+def row(tree, i: int):
+  """Request `i` of a `[B]` batch (`pad_batch`'s `Inputs`, an `Output`): host arrays, no copy."""
+  return jax.tree.map(lambda x: x[i], tree)
 
-  def pad(x, shape, dtype):
-    out = np.zeros(shape, dtype)
-    if x is not None:
-      out[tuple(slice(0, s) for s in x.shape)] = x
-    return out
 
-  return Inputs(
-      query=pad(q_emb, (q, d), np.float32), query_valid=np.arange(q) < nq,
-      passages=pad(p_emb, (n, d), np.float32), symmetric=pad(s_emb, (n, d), np.float32),
-      costs=pad(costs, (n,), np.float32), valid=np.arange(n) < m,
-      links=pad(None if signals is None else signals.links, (n, n), np.float32),
-      mentioned=pad(None if signals is None else signals.mentioned, (n,), np.float32),
-      entities=pad(None if signals is None else signals.entities, (n, n), np.float32),
-      groups=np.arange(n, dtype=np.int32) if signals is None else
-      np.concatenate([signals.groups, np.arange(m, n, dtype=np.int32) + n]).astype(np.int32))
+def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
+  """`[B]` requests padded to `n` candidates and `q` queries, host side, written straight into
+  the `[B, ...]` arrays. Each request is `(q_emb [Q, D] or None, p_emb [M, D], s_emb [M, D],
+  costs [M], signals)`, `signals` a `bridge.BridgeSignals` or None; padded candidates are
+  invalid and each its own group."""
+  b, d = len(requests), requests[0][1].shape[1]
+  out = Inputs(query=np.zeros((b, q, d), np.float32), query_valid=np.zeros((b, q), bool),
+               passages=np.zeros((b, n, d), np.float32), symmetric=np.zeros((b, n, d), np.float32),
+               costs=np.zeros((b, n), np.float32), valid=np.zeros((b, n), bool),
+               links=np.zeros((b, n, n), np.float32), mentioned=np.zeros((b, n), np.float32),
+               entities=np.zeros((b, n, n), np.float32),
+               groups=np.broadcast_to(np.arange(n, dtype=np.int32), (b, n)).copy())
+  for i, (q_emb, p_emb, s_emb, costs, signals) in enumerate(requests):
+    m = p_emb.shape[0]
+    if q_emb is not None:
+      out.query[i, :q_emb.shape[0]] = q_emb
+      out.query_valid[i, :q_emb.shape[0]] = True
+    out.passages[i, :m] = p_emb
+    out.symmetric[i, :m] = s_emb
+    out.costs[i, :m] = costs
+    out.valid[i, :m] = True
+    if signals is not None:
+      out.links[i, :m, :m] = signals.links
+      out.mentioned[i, :m] = signals.mentioned
+      out.entities[i, :m, :m] = signals.entities
+      out.groups[i, :m] = signals.groups
+      out.groups[i, m:] += n
+  return out
 
 
 def stack(items: Sequence):
@@ -227,10 +238,16 @@ def stack(items: Sequence):
   return jax.tree.map(lambda *xs: np.stack(xs), *items)
 
 
+@functools.partial(jax.jit, static_argnames=("config",))
+def solve_batch(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
+  """`solve` `jax.vmap`-ed over a `[B]` batch, as one compiled function: a `vmap` of the jitted
+  `solve` outside `jit` would trace its batching again at every call (milliseconds)."""
+  return jax.vmap(functools.partial(solve, config=config))(inputs, settings)
+
+
 def run(inputs: Inputs, settings: Settings, config: SolveConfig, *, batched: bool = False) -> Output:
-  """`solve` on one padded request, or `jax.vmap`-ed over a `[B]` batch (`stack`); NumPy out."""
-  fn = functools.partial(solve, config=config)
-  out = jax.vmap(fn)(inputs, settings) if batched else fn(inputs, settings)
+  """`solve` on one padded request, or over a `[B]` batch (`stack`, `solve_batch`); NumPy out."""
+  out = (solve_batch if batched else solve)(inputs, settings, config=config)
   return jax.tree.map(np.asarray, out)
 
 

@@ -1,0 +1,91 @@
+"""`select_many`'s host side: requests padded straight into the batch arrays equal each request
+padded alone (a plain NumPy reference), and a request's text signals are computed once and
+read back from the Pipeline's cache by a repeated `select` or `select_many`."""
+
+import numpy as np
+
+import jaxsel
+from jaxsel._src import bridge, methods
+from jaxsel._src.pipeline import solve
+from jaxsel.testing import tiny_bert_config, tiny_encoder
+
+DOCS = ["## Shirley Temple\nShirley Temple was an American actress. She served as Chief of "
+        "Protocol of the United States.",
+        "## Kiss and Tell (1945 film)\nKiss and Tell is a 1945 comedy film starring Shirley "
+        "Temple as Corliss Archer.",
+        "## Meet Corliss Archer\nMeet Corliss Archer is a radio sitcom. It later ran on TV."]
+
+
+def _reference(q_emb, p_emb, s_emb, costs, signals, n, q):
+  """One request padded by hand: zeros past the real rows, padded candidates invalid and each
+  in its own group (`n + index`)."""
+  m, d = p_emb.shape
+  out = {"query": np.zeros((q, d), np.float32), "query_valid": np.zeros(q, bool),
+         "passages": np.zeros((n, d), np.float32), "symmetric": np.zeros((n, d), np.float32),
+         "costs": np.zeros(n, np.float32), "valid": np.arange(n) < m,
+         "links": np.zeros((n, n), np.float32), "mentioned": np.zeros(n, np.float32),
+         "entities": np.zeros((n, n), np.float32), "groups": np.arange(n, dtype=np.int32)}
+  if q_emb is not None:
+    out["query"][:len(q_emb)] = q_emb
+    out["query_valid"][:len(q_emb)] = True
+  out["passages"][:m], out["symmetric"][:m], out["costs"][:m] = p_emb, s_emb, costs
+  if signals is not None:
+    out["links"][:m, :m], out["entities"][:m, :m] = signals.links, signals.entities
+    out["mentioned"][:m] = signals.mentioned
+    out["groups"] = np.concatenate([signals.groups, np.arange(m, n) + n]).astype(np.int32)
+  return out
+
+
+def test_pad_batch_equals_each_request_padded_alone():
+  rng = np.random.default_rng(0)
+  reqs = []
+  for m, nq, with_signals in ((5, 1, True), (12, 3, False), (1, 0, True), (16, 2, True)):
+    sig = None
+    if with_signals:
+      sig = bridge.BridgeSignals(
+          links=rng.random((m, m)).astype(np.float32), mentioned=rng.random(m).astype(np.float32),
+          entities=rng.random((m, m)).astype(np.float32),
+          groups=rng.integers(0, m, m).astype(np.int32))
+    reqs.append((rng.normal(size=(nq, 8)).astype(np.float32) if nq else None,
+                 rng.normal(size=(m, 8)).astype(np.float32),
+                 rng.normal(size=(m, 8)).astype(np.float32),
+                 rng.integers(1, 50, m).astype(np.float32), sig))
+  batch = solve.pad_batch(reqs, n=16, q=4)
+  for i, r in enumerate(reqs):
+    want = _reference(*r, n=16, q=4)
+    got = solve.row(batch, i)
+    for name, value in want.items():
+      np.testing.assert_array_equal(getattr(got, name), value, err_msg=name)
+      assert getattr(got, name).dtype == value.dtype, name
+
+
+def test_text_signals_are_computed_once_per_request(monkeypatch):
+  """The signals (tens of ms of Python per request) were computed again at every call."""
+  calls = []
+  real = methods.text_signals
+
+  def counted(*args):
+    calls.append(args)
+    return real(*args)
+
+  monkeypatch.setattr(methods, "text_signals", counted)
+  enc = tiny_encoder(tiny_bert_config(max_position_embeddings=256))
+  pipe = jaxsel.Pipeline(enc, method="corag", corag_scorer="bridge", iterations=4, max_tokens=40)
+  first = pipe.select("Who played Corliss Archer?", DOCS, budget=60)
+  assert len(calls) == 1
+  again = pipe.select("Who played Corliss Archer?", DOCS, budget=60)
+  many = pipe.select_many([("Who played Corliss Archer?", DOCS),
+                           ("Where did Shirley Temple serve?", DOCS)], budget=60)
+  assert len(calls) == 2  # only the second question's signals are new
+  np.testing.assert_array_equal(first.indices, again.indices)
+  np.testing.assert_array_equal(first.indices, many[0].indices)
+  # Another question over the same passages has its own signals (the query names entities).
+  other = pipe.select("Where did Shirley Temple serve?", DOCS, budget=60)
+  assert len(calls) == 2
+  np.testing.assert_array_equal(other.indices, many[1].indices)
+  # A Pipeline whose cache keeps nothing computes them at every call.
+  pipe0 = jaxsel.Pipeline(enc, method="corag", corag_scorer="bridge", iterations=4,
+                          max_tokens=40, cache_size=0)
+  pipe0.select("Who played Corliss Archer?", DOCS, budget=60)
+  pipe0.select("Who played Corliss Archer?", DOCS, budget=60)
+  assert len(calls) == 4
