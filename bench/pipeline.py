@@ -17,8 +17,8 @@ Rows, in one process:
   `select_many` time. Its picks are compared with `select`'s (the batched search can order a
   float tie differently: the column says in how many requests, and whether the sets agree).
 
-Methods: the default (`facility_location`), NaiveRAG (`naive`), the default search (`corag`,
-scorer `bridge`), `corag` with the learned hop scorer (`corag_scorer="learned_hops"`), and the
+Methods: the default (`facility_location`), NaiveRAG (`naive`), `corag` with the title-bridge
+scorer (`corag_scorer="bridge"`), the default search (`corag`, `corag_scorer="learned_hops"`), and the
 learned scorer alone: `corag` with one iteration (the root's children scored in one batched
 call, then the relevance top-up), the scorer's cost without the search.
 """
@@ -45,8 +45,9 @@ CANDIDATES = 20
 METHODS = {
     "default": ("default `facility_location` (greedy)", {}),
     "naive": ("NaiveRAG (`naive`)", {"method": "naive"}),
-    "corag": ("default search (`corag`, scorer `bridge`)", {"method": "corag"}),
-    "learned_hops": ("`corag`, `corag_scorer=\"learned_hops\"`",
+    "corag": ("`corag`, `corag_scorer=\"bridge\"` (the default before round 4)",
+              {"method": "corag", "corag_scorer": "bridge"}),
+    "learned_hops": ("default search (`corag`, `corag_scorer=\"learned_hops\"`)",
                      {"method": "corag", "corag_scorer": "learned_hops"}),
     "scorer": ("learned scorer alone (`learned_hops`, 1 iteration)",
                {"method": "corag", "corag_scorer": "learned_hops", "iterations": 1}),
