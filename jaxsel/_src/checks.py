@@ -21,6 +21,11 @@ def is_concrete(x) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
 
+def any_traced(tree) -> bool:
+  """Whether any leaf of `tree` is a tracer (the call is inside a `jit`/`vmap` trace)."""
+  return any(not is_concrete(x) for x in jax.tree.leaves(tree))
+
+
 def _check_number_dtype(dtype, name: str) -> None:
   if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_):
     raise TypeError(f"`{name}` must hold real numbers, got dtype {dtype}.")

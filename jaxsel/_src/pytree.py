@@ -19,6 +19,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxsel._src import checks
+
 _STATIC = "jaxsel_static"
 
 
@@ -73,7 +75,7 @@ def jit_when_eager(method):
 
   @functools.wraps(method)
   def call(self, *args, **kwargs):
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((self, args, kwargs))):
+    if checks.any_traced((self, args, kwargs)):
       return method(self, *args, **kwargs)
     return program(self, *args, **kwargs)
 

@@ -64,8 +64,7 @@ class LazyJit:
     return jax.jit(self.fun, static_argnames=self.static_argnames)
 
   def __call__(self, *args, **kwargs):
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
-    return (self.nested if traced else self.jitted)(*args, **kwargs)
+    return (self.nested if checks.any_traced((args, kwargs)) else self.jitted)(*args, **kwargs)
 
 
 def jit_encoder(*static_argnames: str):
