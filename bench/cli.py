@@ -1,15 +1,18 @@
-"""Start-up of the `jaxsel` command: wall time of whole processes, with and without JAX's
-persistent compilation cache.
+"""Start-up of the `jaxsel` command: wall time of whole processes, with and without its
+caches (JAX's persistent compilation cache, and the passage embeddings of its input files).
 
 Rows (each a fresh process on the bundled document, `jaxsel/data/hotpotqa_wiki.md`):
 
 * `import jax`, `import jaxsel`, `import jaxsel.cli`: processes that only import (`import
   jaxsel` loads each public name on first use, so it should cost no more than `import jax`);
 * `jaxsel select` of a missing file: the one-line error, reported before JAX loads;
-* `select`, cache off: `--no-compile-cache`, every program compiled (what every process paid
-  before the cache);
-* `select`, first process: an empty cache folder, filled by this process;
-* `select`, second process: the same folder, every program read from it;
+* `select`, caches off: `--no-compile-cache --no-embedding-cache`, every program compiled
+  and every passage embedded (what every process paid before the caches);
+* `select`, first process: empty cache folders, filled by this process;
+* `select`, second process: the same folders, every program read from them and the
+  passages' embeddings too (the model runs on the query alone);
+* `select`, second process without the embedding cache (`--no-embedding-cache`): programs
+  read back, passages embedded again;
 * `ask` (second process): `jaxsel ask` with the offline SmolLM2 on a warm cache, and its own
   `--json` timings: loading the answer model, selecting, generating.
 
@@ -86,7 +89,8 @@ def main(argv=None) -> int:
   p.add_argument("--no-ask", action="store_true", help="skip the `jaxsel ask` row")
   args = p.parse_args(argv)
 
-  base_env = {k: v for k, v in os.environ.items() if k != "JAXSEL_COMPILE_CACHE"}
+  base_env = {k: v for k, v in os.environ.items()
+              if k not in ("JAXSEL_COMPILE_CACHE", "JAXSEL_EMBEDDING_CACHE")}
   select = command() + ["select", str(DOCUMENT), "-q", QUESTION, "--budget", "256", "--quiet"]
   rows = []
   work = Path(tempfile.mkdtemp(prefix="jaxsel-bench-cli-"))
@@ -101,22 +105,30 @@ def main(argv=None) -> int:
     rows.append(row("`jaxsel select` of a missing file (the error)",
                     [timed(missing, base_env, status=1) for _ in range(args.repeats)],
                     "one line on stderr, exit status 1"))
-    off = [timed(select + ["--no-compile-cache"], base_env) for _ in range(args.repeats)]
-    rows.append(row("`jaxsel select`, cache off (`--no-compile-cache`)", off))
-    first, second, written = [], [], []
+    off = [timed(select + ["--no-compile-cache", "--no-embedding-cache"],
+                 {**base_env, "XDG_CACHE_HOME": str(work / "unused")})
+           for _ in range(args.repeats)]
+    rows.append(row("`jaxsel select`, caches off (`--no-compile-cache --no-embedding-cache`)",
+                    off))
+    first, second, no_embeddings, written = [], [], [], []
     for i in range(args.repeats):
       env = {**base_env, "XDG_CACHE_HOME": str(work / f"xdg{i}")}
       folder = work / f"xdg{i}" / "jaxsel" / "jax"
       first.append(timed(select, env))
       written.append(entries(folder))
       second.append(timed(select, env))
+      no_embeddings.append(timed(select + ["--no-embedding-cache"], env))
       if entries(folder) != written[-1]:
-        print("warning: the second process wrote new cache entries", file=sys.stderr)
+        print("warning: a later process wrote new cache entries", file=sys.stderr)
     size = sum(f.stat().st_size for f in (work / "xdg0").rglob("*-cache")) / 2**20
-    rows.append(row("`jaxsel select`, first process (empty cache)", first,
-                    f"{written[0]} programs written ({size:.1f} MiB)"))
-    rows.append(row("`jaxsel select`, second process (warm cache)", second,
-                    "0 programs compiled"))
+    stored = list((work / "xdg0" / "jaxsel" / "embeddings").glob("*.emb"))
+    rows.append(row("`jaxsel select`, first process (empty caches)", first,
+                    f"{written[0]} programs written ({size:.1f} MiB), {len(stored)} embedding "
+                    f"entry ({sum(f.stat().st_size for f in stored) / 2**10:.0f} KiB)"))
+    rows.append(row("`jaxsel select`, second process (warm caches)", second,
+                    "0 programs compiled, the query embedded"))
+    rows.append(row("`jaxsel select`, second process, `--no-embedding-cache`", no_embeddings,
+                    "0 programs compiled, every passage embedded"))
     if not args.no_ask:
       env = {**base_env, "XDG_CACHE_HOME": str(work / "xdg0")}
       ask = command() + ["ask", QUESTION, str(DOCUMENT), "--budget", "256", "--quiet", "--json"]

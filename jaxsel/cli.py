@@ -16,8 +16,12 @@ server with the options above).
 
 The command (not the library) keeps JAX's persistent compilation cache in
 `$XDG_CACHE_HOME/jaxsel/jax` (`~/.cache/jaxsel/jax`), so a second process does not compile
-the encoder again; the folder is safe to delete at any time. `--no-compile-cache` or
-`JAXSEL_COMPILE_CACHE=0` turns it off; `JAXSEL_COMPILE_CACHE=/some/folder` moves it.
+the encoder again, and the passage embeddings of its input files in
+`$XDG_CACHE_HOME/jaxsel/embeddings`, so a second run on unchanged files embeds only the
+queries; both folders are safe to delete at any time. `--no-compile-cache` or
+`JAXSEL_COMPILE_CACHE=0` turns the first off, `--no-embedding-cache` or
+`JAXSEL_EMBEDDING_CACHE=0` the second; `JAXSEL_COMPILE_CACHE=/some/folder` (or
+`JAXSEL_EMBEDDING_CACHE=...`) moves it.
 
 Exit status: 0 on success, 1 for bad input (a missing file, empty input, a
 budget below the smallest passage, a corrupt index, a --plot or --out path that cannot be
@@ -53,6 +57,7 @@ DEMO_QUESTIONS = DATA_DIR / "hotpotqa_questions.jsonl"
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", ".markdown")
 DEFAULT_BUDGET = 256
 COMPILE_CACHE_ENV = "JAXSEL_COMPILE_CACHE"
+EMBEDDING_CACHE_ENV = "JAXSEL_EMBEDDING_CACHE"
 COMPILE_CACHE_MAX_BYTES = 1 << 30  # least recently used programs are evicted beyond this
 # Characters of input from which embedding takes minutes on a CPU (about 2,000 passages): the
 # command then says how many it embeds, even under --quiet.
@@ -115,14 +120,12 @@ def quiet_progress_bars() -> None:
     sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
-def compile_cache_dir(environ=None) -> Optional[Path]:
-  """Where the command keeps JAX's persistent compilation cache, or None when it is off.
-
-  `JAXSEL_COMPILE_CACHE=0` (or false/no/off) turns it off; any other value but 1/true/yes/on
-  names the folder. The default is `$XDG_CACHE_HOME/jaxsel/jax`, else `~/.cache/jaxsel/jax`.
-  """
+def _cache_dir(variable: str, leaf: str, environ=None) -> Optional[Path]:
+  """The folder of one of the command's caches, or None when it is off: `variable`=0 (or
+  false/no/off) turns it off, any other value but 1/true/yes/on names the folder; the default
+  is `$XDG_CACHE_HOME/jaxsel/<leaf>`, else `~/.cache/jaxsel/<leaf>`."""
   env = os.environ if environ is None else environ
-  value = env.get(COMPILE_CACHE_ENV, "").strip()
+  value = env.get(variable, "").strip()
   if value.lower() in ("0", "false", "no", "off"):
     return None
   if value.lower() not in ("", "1", "true", "yes", "on"):
@@ -132,7 +135,22 @@ def compile_cache_dir(environ=None) -> Optional[Path]:
     root = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
   except (RuntimeError, KeyError):  # no home folder to be found
     return None
-  return root / "jaxsel" / "jax"
+  return root / "jaxsel" / leaf
+
+
+def compile_cache_dir(environ=None) -> Optional[Path]:
+  """Where the command keeps JAX's persistent compilation cache, or None when it is off
+  (`JAXSEL_COMPILE_CACHE`, see `_cache_dir`; default `~/.cache/jaxsel/jax`)."""
+  return _cache_dir(COMPILE_CACHE_ENV, "jax", environ)
+
+
+def embedding_cache_dir(environ=None) -> Optional[Path]:
+  """Where the command keeps the passage embeddings of its input files, or None when it is
+  off (`JAXSEL_EMBEDDING_CACHE`, see `_cache_dir`; default `~/.cache/jaxsel/embeddings`).
+  Entries are keyed by the texts embedded, the encoder's files and settings, and the code
+  and machine computing them (`SentenceEncoder.with_embedding_cache`), so a changed file or
+  encoder is embedded again; a folder that cannot be written keeps nothing."""
+  return _cache_dir(EMBEDDING_CACHE_ENV, "embeddings", environ)
 
 
 def enable_compile_cache(folder: Path) -> bool:
@@ -316,6 +334,8 @@ def _pipeline(args, method: str, unit: str, **extra):
   if getattr(args, "late_chunking", False):
     extra["late_chunking"] = True
   model = load_model(args.model)
+  if args.embedding_cache is not None:
+    model = model.with_embedding_cache(args.embedding_cache)
   if getattr(args, "tokenizer", None) and "generator" not in extra:
     extra["tokenizer"] = reader_tokenizer(args.tokenizer)
   with _bad_input():
@@ -680,6 +700,9 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
                       "answer model's for `ask`, else the encoder's word pieces)")
   p.add_argument("--no-compile-cache", action="store_true",
                  help="do not keep compiled programs in the persistent cache (see `jaxsel --help`)")
+  p.add_argument("--no-embedding-cache", action="store_true",
+                 help="do not keep (or read) the input files' passage embeddings in the cache "
+                      "(see `jaxsel --help`)")
   if budget:
     p.add_argument("--budget", type=_tokens, default=DEFAULT_BUDGET,
                    help=f"context budget in tokens (default {DEFAULT_BUDGET})")
@@ -720,9 +743,13 @@ def build_parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog="jaxsel", description="Select the passages that belong in an LLM's context window.",
       epilog="Compiled programs are kept in JAX's persistent compilation cache, "
-             f"{_cache_help()}, so the next run starts without compiling the encoder again. "
-             "The folder is safe to delete at any time. Turn it off with --no-compile-cache "
-             f"or {COMPILE_CACHE_ENV}=0; {COMPILE_CACHE_ENV}=FOLDER moves it.")
+             f"{_cache_help(COMPILE_CACHE_ENV, 'jax')}, so the next run starts without "
+             "compiling the encoder again, and the input files' passage embeddings "
+             f"{_cache_help(EMBEDDING_CACHE_ENV, 'embeddings')}, so the next run on unchanged "
+             "files embeds only its queries. Both folders are safe to delete at any time. "
+             f"Turn them off with --no-compile-cache or {COMPILE_CACHE_ENV}=0, "
+             f"--no-embedding-cache or {EMBEDDING_CACHE_ENV}=0; {COMPILE_CACHE_ENV}=FOLDER "
+             f"and {EMBEDDING_CACHE_ENV}=FOLDER move them.")
   sub = parser.add_subparsers(dest="command", required=True)
 
   p = sub.add_parser("select", help="select sentences/passages from files",
@@ -810,23 +837,27 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _cache_help() -> str:
-  folder = compile_cache_dir({k: v for k, v in os.environ.items() if k != COMPILE_CACHE_ENV})
-  return f"by default in {folder}" if folder else "by default in ~/.cache/jaxsel/jax"
+def _cache_help(variable: str, leaf: str) -> str:
+  folder = _cache_dir(variable, leaf, {k: v for k, v in os.environ.items() if k != variable})
+  return f"by default in {folder}" if folder else f"by default in ~/.cache/jaxsel/{leaf}"
 
 
 def main(argv: Optional[Sequence[str]] = None, *, out=None,
-         compile_cache: Optional[bool] = None) -> int:
+         compile_cache: Optional[bool] = None, embedding_cache: Optional[bool] = None) -> int:
   """Runs the command line `argv` (default `sys.argv[1:]`); returns the exit status.
 
   `compile_cache`: whether JAX's persistent compilation cache may be turned on (then
-  `--no-compile-cache` and `JAXSEL_COMPILE_CACHE` decide); default: only when `argv` is None,
-  i.e. when run as the `jaxsel` command, so that calling `main` from Python (tests, notebooks)
-  leaves the caller's global JAX settings alone.
+  `--no-compile-cache` and `JAXSEL_COMPILE_CACHE` decide); `embedding_cache`: the same for
+  the cache of passage embeddings (`--no-embedding-cache`, `JAXSEL_EMBEDDING_CACHE`). Default
+  for both: only when `argv` is None, i.e. when run as the `jaxsel` command, so that calling
+  `main` from Python (tests, notebooks) leaves the caller's global JAX settings and cache
+  folders alone.
   """
   out = sys.stdout if out is None else out
   if compile_cache is None:
     compile_cache = argv is None
+  if embedding_cache is None:
+    embedding_cache = argv is None
   parser = build_parser()
   try:
     args = parser.parse_args(argv)
@@ -837,6 +868,8 @@ def main(argv: Optional[Sequence[str]] = None, *, out=None,
     args.model = default_model()
   try:
     _check_args(args)
+    args.embedding_cache = (embedding_cache_dir()
+                            if embedding_cache and not args.no_embedding_cache else None)
     folder = compile_cache_dir() if compile_cache and not args.no_compile_cache else None
     repair = contextlib.nullcontext()
     if folder is not None and enable_compile_cache(folder):

@@ -455,6 +455,9 @@ def first_cached_run(tmp_path_factory):
                        "--json", "--quiet"]
   env = {k: v for k, v in os.environ.items() if k != "JAXSEL_COMPILE_CACHE"}
   env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+  # The encoder runs in every process (its programs are read back, or repaired): no
+  # embedding cache, which would skip the passages' programs in later processes.
+  env["JAXSEL_EMBEDDING_CACHE"] = "0"
   first = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
   return argv, env, tmp_path / "xdg" / "jaxsel" / "jax", first
 
@@ -477,6 +480,93 @@ def test_a_second_process_compiles_nothing_new(first_cached_run, tmp_path):
   assert r.returncode == 0, r.stderr
   assert not (off / "jaxsel").exists()
   assert json.loads(r.stdout) == json.loads(first.stdout)
+
+
+# ----------------------------------------------------------------------------- embedding cache
+
+
+def test_embedding_cache_folder_and_opt_outs(tmp_path, monkeypatch):
+  """`JAXSEL_EMBEDDING_CACHE` and `--no-embedding-cache` decide where the command keeps its
+  passage embeddings, or that it keeps none; `main` called from Python writes none."""
+  env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+  default = tmp_path / "xdg" / "jaxsel" / "embeddings"
+  assert cli.embedding_cache_dir(env) == default
+  for off in ("0", "false", "OFF", "no"):
+    assert cli.embedding_cache_dir({**env, "JAXSEL_EMBEDDING_CACHE": off}) is None
+  assert cli.embedding_cache_dir({"JAXSEL_EMBEDDING_CACHE": str(tmp_path / "e")}) == tmp_path / "e"
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  monkeypatch.delenv("JAXSEL_EMBEDDING_CACHE", raising=False)
+  argv = ["select", str(DATA / "hotpotqa_wiki.md"), "-q", QUESTION["question_text"],
+          "--budget", "100", "--json", "--quiet"]
+  expected = run(argv)  # from Python: no cache
+  assert expected[0] == 0 and not (tmp_path / "xdg").exists()
+
+  def command(extra=(), **variables):
+    for name, value in variables.items():
+      monkeypatch.setenv(name, value)
+    out = io.StringIO()
+    assert cli.main(argv + list(extra), out=out, embedding_cache=True) == 0
+    assert out.getvalue() == expected[1]
+
+  command(["--no-embedding-cache"])
+  command(JAXSEL_EMBEDDING_CACHE="0")
+  assert not (tmp_path / "xdg").exists()
+  command(JAXSEL_EMBEDDING_CACHE=str(tmp_path / "moved"))
+  assert len(list((tmp_path / "moved").glob("*.emb"))) == 1 and not (tmp_path / "xdg").exists()
+  monkeypatch.delenv("JAXSEL_EMBEDDING_CACHE")
+  command()
+  assert len(list(default.glob("*.emb"))) == 1
+  command()  # read back: nothing new
+  assert len(list(default.glob("*.emb"))) == 1
+  (tmp_path / "blocked").write_text("a file, not a folder")
+  command(JAXSEL_EMBEDDING_CACHE=str(tmp_path / "blocked" / "cache"))  # unwritable: no cache
+
+
+def _fresh_command(argv: list, env: dict) -> dict:
+  """`cli.main(argv)` as the `jaxsel` command runs it (both caches on), in a new interpreter:
+  its exit status, output and the texts the encoder's model ran on (one count per batch)."""
+  code = f"""import io, json
+import numpy as np
+from jaxsel import cli
+from jaxsel._src.encoders import sentence
+rows, forward = [], sentence._forward
+def counting(graphdef, params, ids, mask, *args, **kwargs):
+  rows.append(int((np.asarray(mask).sum(1) > 0).sum()))
+  return forward(graphdef, params, ids, mask, *args, **kwargs)
+sentence._forward = counting
+out = io.StringIO()
+rc = cli.main({argv!r}, out=out, compile_cache=True, embedding_cache=True)
+print(json.dumps({{'rc': rc, 'out': out.getvalue(), 'rows': rows}}))"""
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                     env=env)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_second_process_embeds_only_the_query(tmp_path):
+  """Issue 24: every `jaxsel select` process embedded its whole input again (about 1 of the
+  4 s of a second process on the bundled document). Now a second process on the unchanged
+  file reads the passages' embeddings back and runs the model on the query alone, with the
+  same output; a changed file is embedded again."""
+  doc = tmp_path / "doc.md"
+  shutil.copyfile(DATA / "hotpotqa_wiki.md", doc)
+  argv = ["select", str(doc), "-q", QUESTION["question_text"], "--budget", "192", "--json",
+          "--quiet"]
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("JAXSEL_COMPILE_CACHE", "JAXSEL_EMBEDDING_CACHE")}
+  env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+  folder = tmp_path / "xdg" / "jaxsel" / "embeddings"
+  first = _fresh_command(argv, env)
+  assert first["rc"] == 0 and sum(first["rows"]) > 40
+  assert len(list(folder.glob("*.emb"))) == 1
+  second = _fresh_command(argv, env)
+  assert second["rc"] == 0 and second["rows"] == [1]  # the query alone
+  assert second["out"] == first["out"]
+  doc.write_text(doc.read_text("utf-8") + "\n\nOne more paragraph at the end.\n", "utf-8")
+  third = _fresh_command(argv, env)
+  assert third["rc"] == 0 and sum(third["rows"]) >= sum(first["rows"])  # all embedded again
+  assert len(list(folder.glob("*.emb"))) == 2
 
 
 # ----------------------------------------------------------------------------- issue 20

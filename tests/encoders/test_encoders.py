@@ -6,8 +6,11 @@ saved with `save_pretrained` and loaded back through jaxsel's public loaders.
 """
 
 import json
+import os
 import re
 import shutil
+import struct
+import time
 
 import numpy as np
 import jax
@@ -20,7 +23,7 @@ from safetensors.numpy import load_file, save_file
 
 import jaxsel
 from jaxsel import testing
-from jaxsel._src.encoders import batching, loading, sentence
+from jaxsel._src.encoders import batching, bert, loading, sentence, store
 
 TOL = 1e-5
 TEXTS = ["the cat sat on the mat.", "a", "dogs bark at night, loudly!",
@@ -510,3 +513,131 @@ def test_tiny_models_for_other_modules():
     ce = testing.tiny_cross_encoder(cfg, num_labels=2)
     assert ce.logits_fn(jnp.ones((4, 16), jnp.int32) * 7, jnp.ones((4, 16), jnp.int32)).shape == (4, 2)
   assert testing.tiny_encoder(testing.tiny_xlmr_config()).encode(["a b"]).shape == (1, 32)
+
+
+# ----------------------------------------------------------------------------- start-up (issue 24)
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_shape_only_build_equals_eval_shape(dtype):
+  """The loaders build their modules with `bert.ShapeOnly()` (no initialiser traced; 0.05
+  instead of 0.35 CPU s for MiniLM): the same graph and parameter shapes/dtypes as
+  `nnx.eval_shape` of a real build, for every family and head."""
+  for cfg in (testing.tiny_bert_config(pooler=True), testing.tiny_xlmr_config(),
+              testing.tiny_bert_config(num_labels=3), testing.tiny_xlmr_config(num_labels=1)):
+    cls = bert.SequenceClassifier if cfg.num_labels else bert.BertModel
+    fast = cls(cfg, dtype=dtype, rngs=bert.ShapeOnly())
+    ref = nnx.eval_shape(lambda: cls(cfg, dtype=dtype, rngs=nnx.Rngs(0)))
+    (g1, s1), (g2, s2) = nnx.split(fast), nnx.split(ref)
+    assert g1 == g2
+    flat = lambda s: [(p, type(v), v.get_value()) for p, v in nnx.to_flat_state(s)]
+    assert flat(s1) == flat(s2) and all(isinstance(v, jax.ShapeDtypeStruct) for *_, v in flat(s1))
+
+
+def _long_texts(n=48):
+  """`n` texts of 20-30 characters (tiny_tokenizer: a token per character), > 512 tokens."""
+  rng = np.random.default_rng(0)
+  return [" ".join("".join(rng.choice(list("abcdefghij"), size=4)) for _ in range(5 + i % 2))
+          for i in range(n)]
+
+
+@pytest.fixture
+def model_rows(monkeypatch):
+  """Counts the real rows (texts) that go through the model: a list, one entry per batch."""
+  rows = []
+  forward = sentence._forward
+
+  def counting(graphdef, params, ids, mask, *args, **kwargs):
+    rows.append(int((np.asarray(mask).sum(1) > 0).sum()))
+    return forward(graphdef, params, ids, mask, *args, **kwargs)
+
+  monkeypatch.setattr(sentence, "_forward", counting)
+  return rows
+
+
+def test_embedding_cache_reads_back_the_same_bytes(backbone, tmp_path, model_rows):
+  """A second encoder loaded from the same unchanged checkpoint (a later process) reads a
+  stored `encode` call instead of running the model; the bytes equal a fresh run's. Queries
+  (small calls) are not stored; another prompt, normalisation or batch size, a changed
+  checkpoint file, or replaced weights are misses."""
+  _, _, src = backbone
+  folder = tmp_path / "ckpt"
+  shutil.copytree(src, folder)
+  texts, cache = _long_texts(), tmp_path / "emb"
+  plain = np.asarray(jaxsel.load_encoder(folder).encode(texts))
+  model_rows.clear()
+  first = np.asarray(jaxsel.load_encoder(folder).with_embedding_cache(cache).encode(texts))
+  assert sum(model_rows) == len(texts) and len(list(cache.glob("*.emb"))) == 1
+  np.testing.assert_array_equal(first, plain)
+  model_rows.clear()
+  enc = jaxsel.load_encoder(folder).with_embedding_cache(cache)
+  np.testing.assert_array_equal(np.asarray(enc.encode(texts)), plain)
+  assert model_rows == []  # read back: the model did not run
+  enc.encode(["a short query"])
+  assert model_rows == [1] and len(list(cache.glob("*.emb"))) == 1  # not stored
+  for kwargs in ({"prompt": "q: "}, {"normalize": False}, {"batch_size": 16}):
+    model_rows.clear()
+    enc.encode(texts, **kwargs)
+    assert sum(model_rows) == len(texts), kwargs
+  assert len(list(cache.glob("*.emb"))) == 4
+  model_rows.clear()
+  config = folder / "config.json"
+  os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))
+  changed = jaxsel.load_encoder(folder).with_embedding_cache(cache)
+  np.testing.assert_array_equal(np.asarray(changed.encode(texts)), plain)
+  assert sum(model_rows) == len(texts)  # the checkpoint changed: embedded again
+  model_rows.clear()
+  changed.params = jax.tree.map(lambda x: x * 2, changed.params)
+  changed.encode(texts)
+  assert sum(model_rows) == len(texts)  # other weights: never read from the cache
+  with pytest.raises(ValueError, match="loaded from a checkpoint"):
+    testing.tiny_encoder().with_embedding_cache(cache)
+
+
+def test_damaged_embedding_cache_entries_are_ignored_and_rewritten(backbone, tmp_path,
+                                                                     model_rows):
+  """A truncated, overwritten, bit-flipped or misshaped entry is a miss (the model runs and
+  the result is right), and the run writes a good entry over it; an unwritable folder stores
+  nothing and fails nothing."""
+  _, _, folder = backbone
+  texts, cache = _long_texts(), tmp_path / "emb"
+  plain = np.asarray(jaxsel.load_encoder(folder).encode(texts))
+  enc = jaxsel.load_encoder(folder).with_embedding_cache(cache)
+  enc.encode(texts)
+  (entry,) = cache.glob("*.emb")
+  good = entry.read_bytes()
+  flipped = bytearray(good)
+  flipped[len(good) // 2] ^= 1
+  header = len(store.MAGIC)
+  other_shape = bytearray(good)
+  other_shape[header:header + 16] = struct.pack("<QQ", len(texts) // 2, 2 * plain.shape[1])
+  for damaged in (good[:len(good) // 2], b"\0" * len(good), bytes(flipped), bytes(other_shape),
+                  b""):
+    entry.write_bytes(damaged)
+    model_rows.clear()
+    np.testing.assert_array_equal(np.asarray(enc.encode(texts)), plain)
+    assert sum(model_rows) == len(texts)
+    assert entry.read_bytes() == good  # rewritten
+  model_rows.clear()
+  np.testing.assert_array_equal(np.asarray(enc.encode(texts)), plain)
+  assert model_rows == []
+  blocked = tmp_path / "a file"
+  blocked.write_text("not a folder")
+  np.testing.assert_array_equal(
+      np.asarray(jaxsel.load_encoder(folder).with_embedding_cache(blocked / "emb").encode(texts)),
+      plain)
+  assert blocked.read_text() == "not a folder"
+
+
+def test_embedding_store_evicts_the_least_recently_used(tmp_path):
+  s = store.EmbeddingStore(tmp_path / "s", max_bytes=3 * 1200)
+  arrays = {k: np.full((2, 128), i, np.float32) for i, k in enumerate("abcd")}
+  for k in "abc":
+    assert s.write(k, arrays[k])
+  past = time.time() - 100
+  for i, k in enumerate("abc"):  # written in this order, long ago
+    os.utime(s.path(k), (past + i, past + i))
+  np.testing.assert_array_equal(s.read("a", (2, 128)), arrays["a"])  # "a" used again
+  assert s.write("d", arrays["d"])  # over the limit: "b", the least recently used, goes
+  assert sorted(p.stem for p in (tmp_path / "s").glob("*.emb")) == ["a", "c", "d"]
+  assert s.read("b", (2, 128)) is None and s.read("a", (2, 64)) is None
+  assert not list((tmp_path / "s").glob(".tmp-*"))

@@ -31,7 +31,7 @@ from jaxsel._src import checks, native
 from jaxsel._src.encoders import loading
 from jaxsel._src.encoders.batching import (bucketed_batches, check_batch_size, jit_encoder,
                                            progress_bar)
-from jaxsel._src.encoders.bert import SequenceClassifier
+from jaxsel._src.encoders.bert import SequenceClassifier, ShapeOnly
 from jaxsel._src.encoders.config import EncoderConfig
 from jaxsel._src.encoders.sentence import TokenizedModel
 from jaxsel._src.encoders.tokenizer import load_tokenizer
@@ -131,7 +131,7 @@ def load_cross_encoder(name_or_path, *, dtype=jnp.float32, max_length: Optional[
   state = loading.normalise_keys(loading.read_state_dict(folder))
   backbone = "roberta." if cfg.padded_positions else "bert."
   loading.backbone_prefix(state, (backbone,))  # raises unless the backbone sits under it
-  model = loading.load_into(lambda: SequenceClassifier(cfg, dtype=dtype, rngs=nnx.Rngs(0)),
-                            state, dtype=dtype)
+  model = loading.load_into(SequenceClassifier(cfg, dtype=dtype, rngs=ShapeOnly()), state,
+                            dtype=dtype)
   tok = load_tokenizer(folder)
   return CrossEncoder(model, tok, max_length=max_length, name=str(name_or_path))

@@ -5,8 +5,8 @@
 * `read_state_dict(folder)` -> `{key: array}` from `model.safetensors` (sharded too, via
   `model.safetensors.index.json`) or, only when no safetensors exist, `pytorch_model.bin`
   read with `torch.load(weights_only=True)`.
-* `load_into(model_fn, state_dict, prefix)` builds the model abstractly (`nnx.eval_shape`)
-  and fills every parameter from its checkpoint key. A parameter without a key, a key that
+* `load_into(abstract, state_dict, prefix)` fills every parameter of a model built
+  abstractly (`rngs=bert.ShapeOnly()`, or `nnx.eval_shape`) from its checkpoint key. A parameter without a key, a key that
   maps to no parameter, or a wrong shape raises with the key's name. Only buffers
   (`*.position_ids`, `*.token_type_ids`) and pre-training heads (`cls.*`, `lm_head.*`),
   which no inference path uses, are skipped.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Mapping, Optional
 
 import huggingface_hub
 import numpy as np
@@ -157,15 +157,15 @@ def _skipped(key: str) -> bool:
   return key.endswith(_SKIPPED_SUFFIXES) or key.startswith(_SKIPPED_PREFIXES)
 
 
-def load_into(model_fn: Callable[[], nnx.Module], state_dict: Mapping[str, np.ndarray], *,
+def load_into(abstract: nnx.Module, state_dict: Mapping[str, np.ndarray], *,
               prefix: str = "", dtype=jnp.float32) -> nnx.Module:
-  """Builds `model_fn()` abstractly and fills it from `state_dict`, strictly.
+  """The model `abstract` (its parameters shapes only: built with `rngs=bert.ShapeOnly()`
+  or by `nnx.eval_shape`) filled from `state_dict`, strictly.
 
   A model parameter at path `p` reads key `prefix + key(p)` (the prefix of a backbone
   saved inside a larger model, e.g. `"bert."`).
   Every checkpoint key must be used, except buffers and pre-training heads.
   """
-  abstract = nnx.eval_shape(model_fn)
   graphdef, state = nnx.split(abstract)
   used, filled, missing, bad_shape = set(), [], [], []
   for path, var in nnx.to_flat_state(state):

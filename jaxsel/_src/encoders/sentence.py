@@ -29,10 +29,15 @@ Prompts, as in sentence-transformers: `prompt=` is a literal prefix, `prompt_nam
 `enc.prompts`. The names `"query"` and `"passage"` always exist (empty unless the
 checkpoint's `config_sentence_transformers.json`, a known family preset, or
 `load_encoder(prompts=...)` defines them); a prompt applies to that call only.
+
+`enc.with_embedding_cache(folder)` is a copy (same weights) that keeps the pooled results of
+its larger `encode` calls in `folder` and reads them back in a later process (the `jaxsel`
+command's cache of its input files' passages; see `store`).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -44,10 +49,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxsel._src import checks, native
-from jaxsel._src.encoders import loading
+from jaxsel._src.encoders import loading, store as store_lib
 from jaxsel._src.encoders.batching import (bucketed_batches, check_batch_size, jit_encoder,
                                            packed_tokens, progress_bar)
-from jaxsel._src.encoders.bert import BertModel
+from jaxsel._src.encoders.bert import BertModel, ShapeOnly
 from jaxsel._src.encoders.config import EncoderConfig
 from jaxsel._src.encoders.tokenizer import load_tokenizer
 from jaxsel._src.numerics import l2_normalize
@@ -155,6 +160,11 @@ class SentenceEncoder(TokenizedModel):
     self.normalize = bool(normalize)
     self.prompts = {"query": "", "passage": ""}
     self.prompts.update(prompts or {})
+    # What the checkpoint's files were when this encoder was loaded from them (None for
+    # encoders built in memory): part of an embedding cache entry's key.
+    self.identity: Optional[str] = None
+    self.store: Optional[store_lib.EmbeddingStore] = None
+    self._identified = None  # the (params, tokenizer) that `identity` describes
 
   def __repr__(self):
     c = self.config
@@ -165,6 +175,38 @@ class SentenceEncoder(TokenizedModel):
   @property
   def dim(self) -> int:
     return self.config.hidden_size
+
+  def with_embedding_cache(self, folder, *, max_bytes: int = store_lib.DEFAULT_MAX_BYTES
+                           ) -> "SentenceEncoder":
+    """A copy (sharing the weights) whose pooled `encode` calls of 512 tokens or more
+    (`store.MIN_TOKENS`) are kept in `folder` and read back by a later identical call, in this
+    process or another one. Only for an encoder loaded by `load_encoder` (its checkpoint's
+    files identify it); entries are never read once `params` or `tokenizer` are replaced.
+
+    Args:
+      folder: the cache folder (created on the first write; one that cannot be written
+        stores nothing).
+      max_bytes: the least recently used entries are deleted beyond this total size.
+    """
+    if self.identity is None:
+      raise ValueError("`with_embedding_cache` needs an encoder loaded from a checkpoint by "
+                       "`jaxsel.load_encoder` (its files identify the cached embeddings); this "
+                       "one was built in memory.")
+    new = copy.copy(self)
+    new.store = store_lib.EmbeddingStore(folder, max_bytes=max_bytes)
+    return new
+
+  def _entry_key(self, texts: list, ids: list, prefix: str, normalize: bool,
+                 batch_size: int) -> Optional[str]:
+    """The embedding cache key of a pooled `encode` call, or None when it is not cached (no
+    store, a small call, or weights/tokenizer changed since loading)."""
+    loaded = self._identified
+    if (self.store is None or loaded is None or loaded[0] is not self.params
+        or loaded[1] is not self.tokenizer or sum(len(x) for x in ids) < store_lib.MIN_TOKENS):
+      return None
+    settings = repr((prefix, bool(normalize), batch_size, self.pooling, self.max_length,
+                     str(self.dtype), self.config))
+    return store_lib.entry_key(self.identity, settings, texts)
 
   # -- pure functions for jit / vmap
 
@@ -227,10 +269,17 @@ class SentenceEncoder(TokenizedModel):
     batch_size = check_batch_size(batch_size)
     if output not in ("pooled", "tokens"):
       raise ValueError(f"`output` must be 'pooled' or 'tokens', got {output!r}.")
-    enc = self.tokenize(texts, prompt=prompt, prompt_name=prompt_name)
+    prefix = self._prefix(prompt, prompt_name)
+    enc = self.tokenize(texts, prompt=prefix)
     ids = enc["input_ids"]
     type_ids = enc.get("token_type_ids") if self._uses_type_ids else None
     n = len(texts)
+    key = None
+    if output == "pooled":
+      key = self._entry_key(texts, ids, prefix, normalize, batch_size)
+      cached = None if key is None else self.store.read(key, (n, self.dim))
+      if cached is not None:
+        return jnp.asarray(cached)
     width = max(len(x) for x in ids)
     if output == "pooled":
       out = np.zeros((n, self.dim), np.float32)
@@ -263,6 +312,8 @@ class SentenceEncoder(TokenizedModel):
         collect(*item)
         bar.update(1)
     if output == "pooled":
+      if key is not None:
+        self.store.write(key, out)
       return jnp.asarray(out)
     mask = np.zeros((n, width), bool)
     tok = np.full((n, width), self.pad_token_id, np.int32)
@@ -458,16 +509,19 @@ def load_encoder(name_or_path, *, dtype=jnp.float32, pooling: Optional[str] = No
                                       backend=backend)
   state = {k: v for k, v in state.items()
            if k.startswith(prefix) or not (prefix and _is_head(k))}
-  model = loading.load_into(lambda: BertModel(cfg, dtype=dtype, rngs=nnx.Rngs(0)), state,
+  model = loading.load_into(BertModel(cfg, dtype=dtype, rngs=ShapeOnly()), state,
                             prefix=prefix, dtype=dtype)
   all_prompts = preset_prompts(name_or_path)
   all_prompts.update(st.get("prompts", {}))
   all_prompts.update(prompts or {})
-  return SentenceEncoder(
+  enc = SentenceEncoder(
       model, load_tokenizer(folder), pooling=pooling or st.get("pooling", "mean"),
       normalize=st.get("normalize", True) if normalize is None else normalize,
       max_length=max_length if max_length is not None else st.get("max_length"),
       prompts=all_prompts, name=str(name_or_path))
+  enc.identity = store_lib.checkpoint_identity(folder)
+  enc._identified = (enc.params, enc.tokenizer)
+  return enc
 
 
 def _is_head(key: str) -> bool:
