@@ -436,12 +436,14 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
 
 def saturation_point(selection: Selection, *, rel_gain: float = 0.05) -> Array:
   """Number of picks before the curve saturates: the first pick whose marginal gain is
-  below `rel_gain` times the first pick's gain is not counted. Shape `[]` (or `[B]`)."""
+  below `rel_gain` times the first pick's gain is not counted. Shape `[]` (or `[B]`).
+  A selection of NumPy arrays is answered in NumPy (a result's table runs no JAX program)."""
   g = selection.gains
+  xp = np if isinstance(g, np.ndarray) else jnp
   k = g.shape[-1]
   if k == 0:  # no room for a pick: nothing before saturation
-    return jnp.zeros(g.shape[:-1], jnp.int32)
+    return xp.zeros(g.shape[:-1], xp.int32)
   first = g[..., :1]
-  taken = jnp.arange(k) < selection.count[..., None]
+  taken = xp.arange(k) < xp.asarray(selection.count)[..., None]
   low = (g < rel_gain * first) | ~taken
-  return jnp.where(jnp.any(low, axis=-1), jnp.argmax(low, axis=-1), k).astype(jnp.int32)
+  return xp.where(xp.any(low, axis=-1), xp.argmax(low, axis=-1), k).astype(xp.int32)

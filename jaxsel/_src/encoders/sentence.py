@@ -279,7 +279,7 @@ class SentenceEncoder(TokenizedModel):
       key = self._entry_key(texts, ids, prefix, normalize, batch_size)
       cached = None if key is None else self.store.read(key, (n, self.dim))
       if cached is not None:
-        return jnp.asarray(cached)
+        return jax.device_put(cached)  # (jnp.asarray would compile a program per shape)
     width = max(len(x) for x in ids)
     if output == "pooled":
       out = np.zeros((n, self.dim), np.float32)
@@ -314,7 +314,7 @@ class SentenceEncoder(TokenizedModel):
     if output == "pooled":
       if key is not None:
         self.store.write(key, out)
-      return jnp.asarray(out)
+      return jax.device_put(out)
     mask = np.zeros((n, width), bool)
     tok = np.full((n, width), self.pad_token_id, np.int32)
     for i, x in enumerate(ids):

@@ -11,7 +11,6 @@ import math
 import re
 from typing import Optional
 
-import jax.numpy as jnp
 import numpy as np
 
 from jaxsel._src import checks
@@ -92,10 +91,10 @@ class SelectionResult:
   @property
   def saturation(self) -> int:
     """Number of picks before the marginal gain falls below 5% of the first pick's."""
-    g = jnp.asarray(self.gains, jnp.float32)
-    sel = Selection(indices=jnp.asarray(self.indices, jnp.int32), gains=g, values=g,
-                    count=jnp.asarray(len(g), jnp.int32), cost=jnp.zeros(()),
-                    bound=jnp.zeros(()), certified=jnp.zeros(()))
+    g = np.asarray(self.gains, np.float32)  # on the host: no JAX program for a short list
+    sel = Selection(indices=np.asarray(self.indices, np.int32), gains=g, values=g,
+                    count=np.asarray(len(g), np.int32), cost=np.zeros(()),
+                    bound=np.zeros(()), certified=np.zeros(()))
     return int(saturation_point(sel))
 
   def __len__(self) -> int:
