@@ -701,7 +701,9 @@ def test_corrupt_compile_cache_entries_are_rewritten_once(first_cached_run):
     return {p.name: p.read_bytes() for p in folder.glob("*-cache")}
 
   written = entries()
-  assert len(written) > 5
+  # The encoder's programs (the passages' and the query's shapes), the solve, the probe of
+  # the encoder's compiler options: each damaged one way or the other below.
+  assert len(written) >= 4, sorted(written)
   for i, name in enumerate(sorted(written)):  # truncated (a killed writer) or overwritten
     (folder / name).write_bytes(written[name][:len(written[name]) // 2] if i % 2 else b"\0" * 64)
   corrupt = entries()
