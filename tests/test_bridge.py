@@ -1,6 +1,11 @@
 """The bridge scorer's text signals (jaxsel/_src/bridge.py) on hand-made passages."""
 
+import json
 import math
+import os
+import re
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -63,3 +68,66 @@ def test_bridge_scorer_value_and_order():
   same = req._replace(groups=jnp.asarray([0, 0, 2]))  # as if 0 and 1 were one document
   assert float(methods.scorer("bridge", same)(jnp.asarray([0, 1, -1]))) == pytest.approx(
       want - methods.BRIDGE_WEIGHTS["same_group"], rel=1e-6)
+
+
+def _lexical_reference(query, texts, groups):
+  """`bridge.lexical_signals` in plain Python: word sets, BM25 IDF, sums over sets."""
+  words = [{w for w in re.findall(r"\w+", t.lower()) if w not in bridge.STOPWORDS}
+           for t in texts]
+  n = len(texts)
+  df = {}
+  for ws in words:
+    for w in ws:
+      df[w] = df.get(w, 0) + 1
+  idf = {w: math.log(1 + (n - d + 0.5) / (d + 0.5)) for w, d in df.items()}
+  q = {w for w in re.findall(r"\w+", query.lower()) if w in df and w not in bridge.STOPWORDS}
+  total = sum(idf[w] for w in q)
+  overlap = [sum(idf[w] for w in q & ws) / total for ws in words]
+  covered = [[sum(idf[w] for w in q & (a | b)) / total for b in words] for a in words]
+  norm = [math.sqrt(sum(idf[w] ** 2 for w in ws - q)) for ws in words]
+  shared = [[0.0 if groups[i] == groups[j] else
+             sum(idf[w] ** 2 for w in (words[i] & words[j]) - q) / (norm[i] * norm[j])
+             for j in range(n)] for i in range(n)]
+  return overlap, covered, shared
+
+
+def test_lexical_signals_equal_a_plain_python_reference():
+  """Overlap with the question and the words two passages share, without titles or capitals."""
+  texts = [t.split(": ", 1)[1].lower() for t in TEXTS] + [
+      "shirley temple black served as ambassador to ghana.", "kiss and tell is a play by f. hugh herbert."]
+  groups = [0, 1, 2, 3, 3]
+  got = bridge.lexical_signals(Q, texts, groups)
+  for g, w in zip(got, _lexical_reference(Q, texts, groups)):
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
+  overlap, covered, shared = got
+  assert shared[0, 1] > 0 and shared[0, 2] == 0  # "shirley temple" is shared, not in the question
+  assert shared[3, 4] == 0  # one group (one document's pieces)
+  np.testing.assert_allclose(np.diag(covered), overlap, rtol=1e-6)
+  s = bridge.bridge_signals(Q, texts, [0, 1, 2, 3, 3], [None] * 5)
+  np.testing.assert_array_equal(s.shared, shared)
+
+
+def test_lexical_signals_of_no_passages_and_no_query_words():
+  o, c, s = bridge.lexical_signals("the", ["a cat", "a dog"], [0, 1])
+  np.testing.assert_array_equal(o, [0, 0])
+  np.testing.assert_array_equal(c, np.zeros((2, 2)))
+  o, c, s = bridge.lexical_signals("who?", [], [])
+  assert o.shape == (0,) and c.shape == s.shape == (0, 0)
+
+
+def test_signals_do_not_depend_on_the_string_hash_seed():
+  """The float sums of `entities` and the lexical signals ran in set-iteration order, which
+  Python's string hashing changes per process: a retrain of the learned scorer from the same
+  recipe gave other weights (another SHA-256). Two processes with different PYTHONHASHSEED now
+  give the same bytes."""
+  doc = open(os.path.join(os.path.dirname(bridge.__file__), "..", "data", "hotpotqa_wiki.md"),
+             encoding="utf-8").read()
+  paragraphs = [p for p in doc.split("\n\n") if len(p) > 200][:20]
+  code = ("import hashlib, json, sys; from jaxsel._src import bridge; ps = json.load(sys.stdin); "
+          "s = bridge.bridge_signals(ps[0] + ' ' + ps[1][:60], ps, list(range(len(ps))), [None] * len(ps)); "
+          "print(hashlib.sha256(b''.join(a.tobytes() for a in s)).hexdigest())")
+  out = {subprocess.run([sys.executable, "-c", code], input=json.dumps(paragraphs), text=True,
+                        capture_output=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}
+                        ).stdout.strip() for seed in ("1", "2", "3")}
+  assert len(out) == 1

@@ -25,7 +25,9 @@ def pad_batch(feats: Sequence, n: int) -> dict:
          "costs": np.zeros((b, n), np.float32),
          "valid": np.zeros((b, n), bool), "links": np.zeros((b, n, n), np.float32),
          "mentioned": np.zeros((b, n), np.float32), "entities": np.zeros((b, n, n), np.float32),
-         "groups": np.tile(np.arange(n, dtype=np.int32), (b, 1))}
+         "groups": np.tile(np.arange(n, dtype=np.int32), (b, 1)),
+         "overlap": np.zeros((b, n), np.float32), "covered": np.zeros((b, n, n), np.float32),
+         "shared": np.zeros((b, n, n), np.float32)}
   for r, f in enumerate(feats):
     m = len(f.passages)
     out["query"][r, 0] = f.query
@@ -36,6 +38,9 @@ def pad_batch(feats: Sequence, n: int) -> dict:
     out["mentioned"][r, :m] = f.signals.mentioned
     out["entities"][r, :m, :m] = f.signals.entities
     out["groups"][r, :m] = f.signals.groups
+    out["overlap"][r, :m] = f.signals.overlap
+    out["covered"][r, :m, :m] = f.signals.covered
+    out["shared"][r, :m, :m] = f.signals.shared
   return out
 
 
@@ -43,7 +48,8 @@ def request_of(x: dict) -> jaxsel.registry.Request:
   """The `jaxsel.registry.Request` of one padded question of `pad_batch` (as the Pipeline builds it)."""
   return jaxsel.registry.request(x["query"], x["emb"], costs=x["costs"], links=x["links"],
                          mentioned=x["mentioned"], entities=x["entities"], groups=x["groups"],
-                         valid=x["valid"])
+                         valid=x["valid"], overlap=x["overlap"], covered=x["covered"],
+                         shared=x["shared"])
 
 
 def select(feats: Sequence, scorer, *, encoder, budget: float, iterations: int = 15,

@@ -48,8 +48,10 @@ N_PAD = 20  # every question padded to 20 candidates (HotpotQA and 2Wiki have 10
 def _features_one(x):
   req = hop_search.request_of(x)
   rel = jnp.max(req.relevance, axis=0)
-  uf = hops.unary_features(rel, req.similarity, req.mentioned, req.costs, req.valid)
-  pf = hops.pair_features(rel, req.similarity, req.links, req.entities, req.valid)
+  uf = hops.unary_features(rel, req.similarity, req.mentioned, req.costs, req.valid,
+                           overlap=req.overlap)
+  pf = hops.pair_features(rel, req.similarity, req.links, req.entities, req.valid,
+                          overlap=req.overlap, covered=req.covered, shared=req.shared)
   return uf, pf
 
 
@@ -159,20 +161,24 @@ def train(data: dict, *, steps: int, batch_size: int = 64, lr: float = 3e-3, hid
   return {**weights, **fixed}, losses
 
 
-def with_distractors(feats: Sequence) -> list:
-  """Each question's paragraphs followed by the next question's (of `feats`, cyclically) as
-  extra non-gold candidates, with the text signals recomputed over all of them: questions with
-  twice the candidates (20 for HotpotQA and 2Wiki, as MuSiQue has), so the model sees ranks and
-  distractor counts beyond 10."""
+def with_distractors(feats: Sequence, *, n: int = N_PAD) -> list:
+  """Each question's paragraphs followed by the next question's (of `feats`, cyclically; at most
+  `n` candidates in all) as extra non-gold candidates, with the text signals recomputed over
+  all of them: questions with twice the candidates (20 for HotpotQA and 2Wiki, as MuSiQue has),
+  so the model sees ranks and distractor counts beyond 10. Questions that already have `n`
+  candidates (MuSiQue) are left out (they would be copies)."""
   out = []
   for i, a in enumerate(feats):
     b = feats[(i + 1) % len(feats)]
+    extra = min(len(b.passages), n - len(a.passages))
+    if extra <= 0:
+      continue
     shift = max(p.doc for p in a.passages) + 1
-    ps = list(a.passages) + [dataclasses.replace(p, doc=p.doc + shift) for p in b.passages]
+    ps = list(a.passages) + [dataclasses.replace(p, doc=p.doc + shift) for p in b.passages[:extra]]
     sig = methods.text_signals([p.text for p in ps], [p.doc for p in ps], [p.title for p in ps],
                                [a.example.question])
-    out.append(hop_features.Features(a.example, ps, a.query, np.concatenate([a.emb, b.emb]), sig,
-                                     np.concatenate([a.gold, np.zeros(len(b.passages), bool)])))
+    out.append(hop_features.Features(a.example, ps, a.query, np.concatenate([a.emb, b.emb[:extra]]),
+                                     sig, np.concatenate([a.gold, np.zeros(extra, bool)])))
   return out
 
 
@@ -188,8 +194,9 @@ def load_data(sets: Sequence[str], *, cache: str = hop_features.CACHE, limits=No
     for form in hop_features.FORMS:
       feats = hop_features.load(name, form, cache=cache, base=base, limit=limits.get(name))
       parts.append(arrays(feats))
-      if distractors:
-        parts.append(arrays(with_distractors(feats)))
+      more = with_distractors(feats) if distractors else []
+      if more:
+        parts.append(arrays(more))
   return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 

@@ -14,6 +14,16 @@ without needing titles from the caller:
 * `mentioned[j] = 1` where the query names the lead entity of j's group;
 * `entities[i, j]`: the capitalised phrases passages i and j (of different groups) share and
   the query does not contain, each weighted by `log(1 + groups / groups holding it)`.
+
+And lexical signals that need neither titles nor capital letters (`lexical_signals`: lower-cased
+words, English stopwords dropped, each weighted by its BM25 IDF over the request's passages,
+`idf(w) = log(1 + (N − df + 0.5) / (df + 0.5))`):
+
+* `overlap[j]`: the share of the query's IDF weight that passage j's words hold;
+* `covered[i, j]`: the share that passages i and j hold together (a second hop covers what the
+  first leaves out);
+* `shared[i, j]`: IDF²-weighted cosine of the words passages i and j (of different groups)
+  share and the query does not contain: the bridge entity of untitled text.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import numpy as np
 
 _TITLE = re.compile(r"^\s*([^\n:]{1,150}?):\s")
 _HEADING = re.compile(r"^\s*#{1,6}\s+(.+?)\s*#*\s*$", re.M)
-_STOP = frozenset("""a an the he she it they his her its their this that these those in on at of
+STOPWORDS = frozenset("""a an the he she it they his her its their this that these those in on at of
 for by with from to and or but as is was were be been are i we you there here when where which
 who what how after before during while since although though however also not no yes if then
 than so such born died one two three four five six seven eight nine ten first second
@@ -39,11 +49,17 @@ MAX_TITLE_WORDS = 12
 MIN_CHARS = 3
 
 
+_LEXICAL_WORD = re.compile(r"\w+")
+
+
 class BridgeSignals(NamedTuple):
   links: np.ndarray  # [N, N] float32: passage i names the lead entity of j's group
   mentioned: np.ndarray  # [N] float32: the query names the lead entity of j's group
   entities: np.ndarray  # [N, N] float32: weighted capitalised phrases shared by i and j
   groups: np.ndarray  # [N] int32: the group (document or section) of each passage
+  overlap: Optional[np.ndarray] = None  # [N] float32: `lexical_signals` (None: not computed)
+  covered: Optional[np.ndarray] = None  # [N, N] float32
+  shared: Optional[np.ndarray] = None  # [N, N] float32
 
 
 def strip_parenthetical(title: str) -> str:
@@ -60,11 +76,11 @@ def entities(text: str) -> list:
   def flush():
     while run and run[-1].lower() in _CONNECT:
       run.pop()
-    while run and run[0].lower() in _STOP:
+    while run and run[0].lower() in STOPWORDS:
       run.pop(0)
     if run:
       phrase = " ".join(run).strip(".'-")
-      if len(phrase) >= MIN_CHARS and phrase.lower() not in _STOP:
+      if len(phrase) >= MIN_CHARS and phrase.lower() not in STOPWORDS:
         out.append(phrase)
     run.clear()
 
@@ -146,5 +162,41 @@ def bridge_signals(query: str, texts: Sequence[str], docs: Sequence[int],
       if groups[i] != groups[j]:
         shared = phrases[i] & phrases[j]
         if shared:
-          ent[i, j] = sum(weight[e] for e in shared)
-  return BridgeSignals(links, mentioned, ent, groups)
+          ent[i, j] = sum(weight[e] for e in sorted(shared))  # one order: the same float sum
+  overlap, covered, shared = lexical_signals(query, texts, groups)
+  return BridgeSignals(links, mentioned, ent, groups, overlap, covered, shared)
+
+
+def content_words(text: str) -> set:
+  """The lower-cased words of `text` (Unicode word characters), English stopwords dropped."""
+  return {w for w in _LEXICAL_WORD.findall(text.lower()) if w not in STOPWORDS}
+
+
+def lexical_signals(query: str, texts: Sequence[str], groups: Sequence[int]) -> tuple:
+  """(`overlap` `[N]`, `covered` `[N, N]`, `shared` `[N, N]`) float32 of `query` and the
+  passages' `texts` (see the module docstring); `shared` is zero on the diagonal and between
+  passages of one group (`groups` `[N]`), `covered` is `overlap` on the diagonal."""
+  n = len(texts)
+  words = [content_words(t) for t in texts]
+  vocab: dict = {}  # in sorted order per passage: the float sums below do not depend on hashing
+  for ws in words:
+    for w in sorted(ws):
+      vocab.setdefault(w, len(vocab))
+  has = np.zeros((n, len(vocab)), np.float32)
+  for i, ws in enumerate(words):
+    has[i, [vocab[w] for w in ws]] = 1.0
+  df = has.sum(0)
+  idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+  in_query = np.zeros(len(vocab), bool)
+  in_query[[vocab[w] for w in content_words(query) if w in vocab]] = True
+  q_idf = np.where(in_query, idf, 0.0).astype(np.float32)
+  total = float(q_idf.sum())
+  scale = 1.0 / total if total > 0 else 0.0
+  overlap = has @ q_idf * scale
+  covered = overlap[:, None] + overlap[None, :] - (has * q_idf) @ has.T * scale  # |i ∪ j|
+  rest = has * np.where(in_query, 0.0, idf ** 2)[None, :]
+  norms = np.sqrt(np.maximum((rest * has).sum(1), 1e-12))
+  shared = (rest @ has.T) / (norms[:, None] * norms[None, :])
+  groups = np.asarray(groups)
+  shared = np.where(groups[:, None] == groups[None, :], 0.0, shared)
+  return (overlap.astype(np.float32), covered.astype(np.float32), shared.astype(np.float32))

@@ -50,15 +50,18 @@ class Request(NamedTuple):
   entities: Array  # [N, N] weighted capitalised phrases passages i and j share (not the query's)
   groups: Array  # [N] int32 the group (document or section) of each passage
   valid: Array  # [N] bool
+  overlap: Optional[Array] = None  # [N] share of the query's IDF weight in passage j's words
+  covered: Optional[Array] = None  # [N, N] the same share of passages i and j together
+  shared: Optional[Array] = None  # [N, N] IDF² cosine of the non-query words i and j share
 
 
 def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentioned=None,
-            entities=None, groups=None, valid=None, query_valid=None, nonneg: str = "clip",
-            dense: bool = True) -> Request:
+            entities=None, groups=None, valid=None, query_valid=None, overlap=None, covered=None,
+            shared=None, nonneg: str = "clip", dense: bool = True) -> Request:
   """A `Request` from embeddings: `query_emb` `[Q, D]`, `passage_emb` `[N, D]` (asymmetric
   passage prompt), `sym_emb` `[N, D]` (symmetric; default `passage_emb`); the text signals
-  (`links`, `mentioned`, `entities` from `text_signals`) default to none and `groups` to one
-  group per passage. With `dense=False` no `[N, N]` similarity is built (the matrix-free
+  (`links`, `mentioned`, `entities`, and the lexical `overlap`, `covered`, `shared` from
+  `text_signals`) default to zeros and `groups` to one group per passage. With `dense=False` no `[N, N]` similarity is built (the matrix-free
   objectives recompute it in blocks). Works under `jit` and `vmap`."""
   sym_emb = passage_emb if sym_emb is None else sym_emb
   n = passage_emb.shape[-2]
@@ -75,7 +78,10 @@ def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentione
       mentioned=jnp.zeros((n,), jnp.float32) if mentioned is None else jnp.asarray(mentioned, jnp.float32),
       entities=jnp.zeros((n, n), jnp.float32) if entities is None else jnp.asarray(entities, jnp.float32),
       groups=jnp.arange(n, dtype=jnp.int32) if groups is None else jnp.asarray(groups, jnp.int32),
-      valid=valid)
+      valid=valid,
+      overlap=jnp.zeros((n,), jnp.float32) if overlap is None else jnp.asarray(overlap, jnp.float32),
+      covered=jnp.zeros((n, n), jnp.float32) if covered is None else jnp.asarray(covered, jnp.float32),
+      shared=jnp.zeros((n, n), jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32))
 
 
 def best_relevance(req: Request) -> Array:
@@ -87,7 +93,8 @@ def text_signals(texts: Sequence[str], docs: Sequence[int], titles: Sequence[Opt
                  queries: Sequence[str]) -> BridgeSignals:
   """The second-hop signals of a request (`jaxsel._src.bridge`): links between passages by the
   lead entity of each passage's group, the lead entities the queries name, shared capitalised
-  phrases, and the groups (a document, or one Markdown section of it). Plain Python."""
+  phrases, the groups (a document, or one Markdown section of it), and the lexical overlaps
+  (`bridge.lexical_signals`). Plain Python."""
   return bridge_signals(" ".join(queries), list(texts), list(docs), list(titles))
 
 
@@ -185,7 +192,8 @@ def _learned_hops(req: Request, discount, *, params=None):
   params = load_hop_params() if params is None else params
   return learned_hop_scorer(params, relevance=best_relevance(req), similarity=req.similarity,
                             links=req.links, entities=req.entities, mentioned=req.mentioned,
-                            costs=req.costs, valid=req.valid)
+                            costs=req.costs, valid=req.valid, overlap=req.overlap,
+                            covered=req.covered, shared=req.shared)
 
 
 def learned_hops_builder(params):

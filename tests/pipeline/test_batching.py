@@ -24,7 +24,9 @@ def _reference(q_emb, p_emb, s_emb, costs, signals, n, q):
          "passages": np.zeros((n, d), np.float32), "symmetric": np.zeros((n, d), np.float32),
          "costs": np.zeros(n, np.float32), "valid": np.arange(n) < m,
          "links": np.zeros((n, n), np.float32), "mentioned": np.zeros(n, np.float32),
-         "entities": np.zeros((n, n), np.float32), "groups": np.arange(n, dtype=np.int32)}
+         "entities": np.zeros((n, n), np.float32), "groups": np.arange(n, dtype=np.int32),
+         "overlap": np.zeros(n, np.float32), "covered": np.zeros((n, n), np.float32),
+         "shared": np.zeros((n, n), np.float32)}
   if q_emb is not None:
     out["query"][:len(q_emb)] = q_emb
     out["query_valid"][:len(q_emb)] = True
@@ -33,19 +35,28 @@ def _reference(q_emb, p_emb, s_emb, costs, signals, n, q):
     out["links"][:m, :m], out["entities"][:m, :m] = signals.links, signals.entities
     out["mentioned"][:m] = signals.mentioned
     out["groups"] = np.concatenate([signals.groups, np.arange(m, n) + n]).astype(np.int32)
+    if signals.overlap is not None:
+      out["overlap"][:m] = signals.overlap
+      out["covered"][:m, :m], out["shared"][:m, :m] = signals.covered, signals.shared
   return out
 
 
 def test_pad_batch_equals_each_request_padded_alone():
   rng = np.random.default_rng(0)
   reqs = []
-  for m, nq, with_signals in ((5, 1, True), (12, 3, False), (1, 0, True), (16, 2, True)):
+  for m, nq, with_signals in ((5, 1, True), (12, 3, False), (1, 0, True), (16, 2, True),
+                              (7, 1, "lexical")):
     sig = None
     if with_signals:
+      lexical = {}
+      if with_signals == "lexical":  # the lexical overlaps (bridge.lexical_signals)
+        lexical = dict(overlap=rng.random(m).astype(np.float32),
+                       covered=rng.random((m, m)).astype(np.float32),
+                       shared=rng.random((m, m)).astype(np.float32))
       sig = bridge.BridgeSignals(
           links=rng.random((m, m)).astype(np.float32), mentioned=rng.random(m).astype(np.float32),
           entities=rng.random((m, m)).astype(np.float32),
-          groups=rng.integers(0, m, m).astype(np.int32))
+          groups=rng.integers(0, m, m).astype(np.int32), **lexical)
     reqs.append((rng.normal(size=(nq, 8)).astype(np.float32) if nq else None,
                  rng.normal(size=(m, 8)).astype(np.float32),
                  rng.normal(size=(m, 8)).astype(np.float32),
@@ -89,3 +100,21 @@ def test_text_signals_are_computed_once_per_request(monkeypatch):
   pipe0.select("Who played Corliss Archer?", DOCS, budget=60)
   pipe0.select("Who played Corliss Archer?", DOCS, budget=60)
   assert len(calls) == 4
+
+
+def test_the_request_carries_the_lexical_signals():
+  """A scorer built from the request's `overlap` (the share of the question's IDF weight in each
+  passage, `bridge.lexical_signals`) picks, within a one-passage budget, the passage a plain
+  reference ranks first: `select` and `select_many` hand the lexical signals to the scorer."""
+  enc = tiny_encoder(tiny_bert_config(max_position_embeddings=256))
+  question = "Which radio sitcom ran on TV later?"
+  pipe = jaxsel.Pipeline(enc, method="corag", corag_scorer=lambda req: jaxsel.relevance_scorer(req.overlap),
+                         iterations=6, top_up=False, max_tokens=40)
+  passages = pipe.split(DOCS)
+  costs = max(p.tokens for p in passages)
+  overlap, _, _ = bridge.lexical_signals(question, [p.text for p in passages],
+                                         [p.doc for p in passages])
+  want = passages[int(np.argmax(overlap))]
+  assert overlap.max() > np.sort(overlap)[-2]  # one best passage
+  assert pipe.select(question, passages, budget=costs).passages == [want]
+  assert pipe.select_many([(question, passages)], budget=costs)[0].passages == [want]

@@ -82,6 +82,60 @@ def test_rank_features_are_clipped_to_the_training_range():
       hops.RANK_CLIP / hops.RANK_SCALE)
 
 
+def test_lexical_features_equal_a_numpy_reference():
+  """The lexical columns (`bridge.lexical_signals`: no titles or capitals needed) of both
+  feature sets, on 20 candidates, the last invalid."""
+  n = 20
+  req = _request(5, n=n)
+  rng = np.random.default_rng(5)
+  ov = rng.random(n).astype(np.float32)
+  cov = np.maximum(ov[:, None], ov[None, :]) + rng.random((n, n)).astype(np.float32) * 0.1
+  sh = rng.random((n, n)).astype(np.float32) * (rng.random((n, n)) < 0.5)
+  rel = np.asarray(methods.best_relevance(req))
+  valid = np.asarray(req.valid)
+  uf = np.asarray(hops.unary_features(jnp.asarray(rel), req.similarity, req.mentioned, req.costs,
+                                      req.valid, overlap=jnp.asarray(ov)))
+  o = np.where(valid, ov, 0.0)
+  ranks = np.asarray([(np.where(valid, o, -np.inf) > o[j]).sum() for j in range(n)])
+  col = {f: hops.UNARY_FEATURES.index(f) for f in ("overlap", "overlap_gap", "overlap_rank")}
+  np.testing.assert_allclose(uf[valid, col["overlap"]], o[valid], atol=1e-6)
+  np.testing.assert_allclose(uf[valid, col["overlap_gap"]], (o - o[valid].max())[valid], atol=1e-6)
+  np.testing.assert_allclose(uf[valid, col["overlap_rank"]],
+                             np.minimum(ranks, hops.RANK_CLIP)[valid] / hops.RANK_SCALE, atol=1e-6)
+  assert not uf[~valid].any()
+  pf = np.asarray(hops.pair_features(jnp.asarray(rel), req.similarity, req.links, req.entities,
+                                     req.valid, overlap=jnp.asarray(ov), covered=jnp.asarray(cov),
+                                     shared=jnp.asarray(sh)))
+  col = {f: hops.PAIR_FEATURES.index(f) for f in hops.PAIR_FEATURES}
+  for i in range(n):
+    for j in range(n):
+      if not (valid[i] and valid[j]):
+        assert not pf[i, j].any()
+        continue
+      row = [sh[i, k] for k in range(n) if valid[k] and k != i]
+      rank = sum(x > sh[i, j] for x in row) if i != j else len(row)  # the diagonal: -inf
+      want = {"overlap_i": o[i], "overlap_j": o[j], "covered": cov[i, j],
+              "covered_lift": cov[i, j] - o[i], "shared": sh[i, j],
+              "shared_rank": min(rank, hops.RANK_CLIP) / hops.RANK_SCALE}
+      for f, w in want.items():
+        assert pf[i, j, col[f]] == pytest.approx(w, abs=1e-6), (i, j, f)
+
+
+def test_weights_of_fewer_features_read_the_first_ones():
+  """Features are only appended: a model trained before the lexical ones (7 unary, 11 pair
+  features) reads the first columns, so its scores do not change."""
+  req = _request(2)
+  old = hops.init_params(jax.random.key(1), hidden=8, unary_features=7, pair_features=11)
+  uf = hops.unary_features(methods.best_relevance(req), req.similarity, req.mentioned, req.costs,
+                           req.valid, overlap=jnp.linspace(0, 1, 7))
+  pf = hops.pair_features(methods.best_relevance(req), req.similarity, req.links, req.entities,
+                          req.valid, shared=jnp.ones((7, 7)))
+  np.testing.assert_array_equal(np.asarray(hops.mlp(old, "unary", uf)),
+                                np.asarray(hops.mlp(old, "unary", uf[:, :7])))
+  np.testing.assert_array_equal(np.asarray(hops.mlp(old, "pair", pf)),
+                                np.asarray(hops.mlp(old, "pair", pf[..., :11])))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_learned_scorer_value_and_gains_match_reference(seed):
   req = _request(seed)
@@ -229,3 +283,11 @@ def test_with_distractors_appends_the_next_questions_paragraphs_as_non_gold():
   assert x.signals.links[2, 0] == 1  # Gamma's paragraph names Alpha Corp: a link across the two
   np.testing.assert_array_equal(out[1].gold, [False, True, False, False])
   assert out[1].example.question == "What is Delta?"
+  # At most `n` candidates: questions that already have them (MuSiQue's 20) gave 40 and the
+  # training arrays of N_PAD = 20 failed to take them; they are left out, others are cut.
+  full = train_hops.with_distractors([a, b], n=2)
+  assert full == []
+  cut = train_hops.with_distractors([a, b], n=3)
+  assert [len(x.passages) for x in cut] == [3, 3] and cut[0].emb.shape == (3, 4)
+  np.testing.assert_array_equal(cut[0].gold, [True, False, False])
+  assert cut[0].signals.links.shape == (3, 3)

@@ -19,7 +19,8 @@ pick `g`, so the search looks for a first pick that makes a second one likely.
 * `learned_hop_scorer` (registry `"learned_hops"`): `u` = P(chunk j is needed) and `g` =
   P(chunk j is needed | chunk i was read), two small MLPs over per-request features
   (`unary_features`, `pair_features`: relevances, their ranks and gaps to the best, the
-  reformulated relevance, similarity, the text signals of `jaxsel._src.bridge`, costs), trained
+  reformulated relevance, similarity, the text signals of `jaxsel._src.bridge` including the
+  lexical overlaps that need no titles or capitals, costs), trained
   with optax on multi-hop QA with and without titles (`training/train_hops.py`). The shipped
   weights are `jaxsel/data/hop_scorer.safetensors`, checked against their SHA-256 when loaded
   (`load_hop_params`).
@@ -42,11 +43,15 @@ from jaxsel._src.scorers.basic import link_scorer, relevance_scorer
 
 Array = jax.Array
 
+# Features are only ever appended: a model trained with the first F of them reads those
+# (`mlp`), so weights trained before the lexical features (`bridge.lexical_signals`) still load.
 UNARY_FEATURES = ("relevance", "relevance_gap", "relevance_rank", "best_second_hop",
-                  "best_second_hop_gap", "mentioned", "cost")
+                  "best_second_hop_gap", "mentioned", "cost",
+                  "overlap", "overlap_gap", "overlap_rank")
 PAIR_FEATURES = ("relevance_i", "relevance_j", "relevance_gap_j", "second_hop",
                  "second_hop_lift", "second_hop_row_gap", "second_hop_rank", "second_hop_ji",
-                 "similarity", "link", "entities")
+                 "similarity", "link", "entities",
+                 "overlap_i", "overlap_j", "covered", "covered_lift", "shared", "shared_rank")
 COST_SCALE = 256.0  # costs are given to the model in units of 256 tokens
 RANK_SCALE = 10.0  # ranks in units of 10 candidates
 # Ranks are clipped at 9: the training sets have 10 candidates per question, and a rank beyond
@@ -58,7 +63,7 @@ DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
                     "data")
 WEIGHTS = os.path.join(DATA, "hop_scorer.safetensors")
 # SHA-256 of the shipped weights: a changed or truncated file is refused, not used.
-WEIGHTS_SHA256 = "a5a7a1656171f1a4e27eb210e962d351f6ed131f150521d48adcff11912f7794"
+WEIGHTS_SHA256 = "651ae8fa6b637e452352b5948c465b05c31140174c43b55e1639e05eee1613a5"
 
 
 def _value_scorer(unary, pair, valid):
@@ -101,22 +106,33 @@ def _rank_along_rows(x: Array, valid: Array) -> Array:
   return jnp.minimum(rank, RANK_CLIP)
 
 
-def unary_features(relevance, similarity, mentioned, costs, valid) -> Array:
-  """`[N, len(UNARY_FEATURES)]` float32 features of each candidate (zero rows on invalid ones)."""
+def unary_features(relevance, similarity, mentioned, costs, valid, *, overlap=None) -> Array:
+  """`[N, len(UNARY_FEATURES)]` float32 features of each candidate (zero rows on invalid ones);
+  `overlap` `[N]` (`bridge.lexical_signals`; default zeros)."""
   v = valid.astype(jnp.float32)
+  n = relevance.shape[-1]
+  ov = jnp.where(valid, jnp.zeros((n,), jnp.float32) if overlap is None else overlap, 0.0)
+  ov_top = jnp.max(jnp.where(valid, ov, -jnp.inf))
+  ov_rank = _rank_along_rows(ov[None, :], valid[None, :])[0]
   rel = jnp.where(valid, relevance, 0.0)
   top = jnp.max(jnp.where(valid, rel, -jnp.inf))
   rank = _rank_along_rows(rel[None, :], valid[None, :])[0]
   r2 = reformulated_relevance(rel, similarity, valid)
   best2 = jnp.max(r2, axis=0)
   f = jnp.stack([rel, rel - top, rank / RANK_SCALE, best2, best2 - rel, mentioned,
-                 costs / COST_SCALE], axis=-1)
+                 costs / COST_SCALE, ov, ov - ov_top, ov_rank / RANK_SCALE], axis=-1)
   return f * v[:, None]
 
 
-def pair_features(relevance, similarity, links, entities, valid) -> Array:
-  """`[N, N, len(PAIR_FEATURES)]` float32 features of each ordered pair (i earlier, j later)."""
+def pair_features(relevance, similarity, links, entities, valid, *, overlap=None, covered=None,
+                  shared=None) -> Array:
+  """`[N, N, len(PAIR_FEATURES)]` float32 features of each ordered pair (i earlier, j later);
+  `overlap` `[N]`, `covered` and `shared` `[N, N]` from `bridge.lexical_signals` (default zeros)."""
   n = relevance.shape[-1]
+  zeros = jnp.zeros((n, n), jnp.float32)
+  ov = jnp.where(valid, jnp.zeros((n,), jnp.float32) if overlap is None else overlap, 0.0)
+  cov = zeros if covered is None else covered
+  sh = zeros if shared is None else shared
   v = valid.astype(jnp.float32)
   row_valid = valid[None, :] & valid[:, None] & ~jnp.eye(n, dtype=bool)
   rel = jnp.where(valid, relevance, 0.0)
@@ -128,7 +144,9 @@ def pair_features(relevance, similarity, links, entities, valid) -> Array:
   full = lambda x: jnp.broadcast_to(x, (n, n))  # noqa: E731
   f = jnp.stack([full(rel[:, None]), full(rel[None, :]), full((rel - top)[None, :]), r2,
                  r2 - rel[None, :], r2 - row_top, rank / RANK_SCALE, r2.T, similarity, links,
-                 jnp.minimum(entities / 2.0, 1.0)], axis=-1)
+                 jnp.minimum(entities / 2.0, 1.0),
+                 full(ov[:, None]), full(ov[None, :]), cov, cov - ov[:, None], sh,
+                 _rank_along_rows(sh, row_valid) / RANK_SCALE], axis=-1)
   return f * (v[:, None] * v[None, :])[..., None]
 
 
@@ -136,9 +154,11 @@ def pair_features(relevance, similarity, links, entities, valid) -> Array:
 
 
 def mlp(params: Mapping[str, Array], prefix: str, x: Array) -> Array:
-  """`[..., F] -> [...]` logits: `(x − mean) / scale`, then dense layers `{prefix}.w{k}`,
-  `{prefix}.b{k}` with GELU between them."""
-  h = (x - params[f"{prefix}.mean"]) / params[f"{prefix}.scale"]
+  """`[..., F'] -> [...]` logits of the first F features (F = the size of `{prefix}.mean`,
+  F' ≥ F): `(x − mean) / scale`, then dense layers `{prefix}.w{k}`, `{prefix}.b{k}` with GELU
+  between them."""
+  mean = params[f"{prefix}.mean"]
+  h = (x[..., :mean.shape[-1]] - mean) / params[f"{prefix}.scale"]
   k = 0
   while f"{prefix}.w{k + 1}" in params:
     h = jax.nn.gelu(h @ params[f"{prefix}.w{k}"] + params[f"{prefix}.b{k}"])
@@ -146,12 +166,15 @@ def mlp(params: Mapping[str, Array], prefix: str, x: Array) -> Array:
   return (h @ params[f"{prefix}.w{k}"] + params[f"{prefix}.b{k}"])[..., 0]
 
 
-def init_params(key, *, hidden: int = 32, layers: int = 2, unary_stats=None, pair_stats=None) -> dict:
-  """Random MLP weights for `learned_hop_scorer` (`layers` hidden layers of `hidden` units);
-  `*_stats` = (mean `[F]`, scale `[F]`) of the training features (default 0 and 1)."""
+def init_params(key, *, hidden: int = 32, layers: int = 2, unary_stats=None, pair_stats=None,
+                unary_features: int = len(UNARY_FEATURES),
+                pair_features: int = len(PAIR_FEATURES)) -> dict:
+  """Random MLP weights for `learned_hop_scorer` (`layers` hidden layers of `hidden` units)
+  reading the first `unary_features` / `pair_features` features; `*_stats` = (mean `[F]`,
+  scale `[F]`) of the training features (default 0 and 1)."""
   params = {}
-  for prefix, nf, stats in (("unary", len(UNARY_FEATURES), unary_stats),
-                            ("pair", len(PAIR_FEATURES), pair_stats)):
+  for prefix, nf, stats in (("unary", unary_features, unary_stats),
+                            ("pair", pair_features, pair_stats)):
     mean, scale = stats if stats is not None else (np.zeros(nf), np.ones(nf))
     params[f"{prefix}.mean"] = jnp.asarray(mean, jnp.float32)
     params[f"{prefix}.scale"] = jnp.asarray(scale, jnp.float32)
@@ -163,17 +186,21 @@ def init_params(key, *, hidden: int = 32, layers: int = 2, unary_stats=None, pai
   return params
 
 
-def hop_probabilities(params, *, relevance, similarity, links, entities, mentioned, costs, valid):
+def hop_probabilities(params, *, relevance, similarity, links, entities, mentioned, costs, valid,
+                      overlap=None, covered=None, shared=None):
   """(`u` `[N]`, `g` `[N, N]`): P(chunk j is needed) and P(j is needed | i was read)."""
-  uf = unary_features(relevance, similarity, mentioned, costs, valid)
-  pf = pair_features(relevance, similarity, links, entities, valid)
+  uf = unary_features(relevance, similarity, mentioned, costs, valid, overlap=overlap)
+  pf = pair_features(relevance, similarity, links, entities, valid, overlap=overlap,
+                     covered=covered, shared=shared)
   return jax.nn.sigmoid(mlp(params, "unary", uf)), jax.nn.sigmoid(mlp(params, "pair", pf))
 
 
-def learned_hop_scorer(params, *, relevance, similarity, links, entities, mentioned, costs, valid):
+def learned_hop_scorer(params, *, relevance, similarity, links, entities, mentioned, costs, valid,
+                       overlap=None, covered=None, shared=None):
   """The learned second-hop scorer of a request (see the module docstring)."""
   u, g = hop_probabilities(params, relevance=relevance, similarity=similarity, links=links,
-                           entities=entities, mentioned=mentioned, costs=costs, valid=valid)
+                           entities=entities, mentioned=mentioned, costs=costs, valid=valid,
+                           overlap=overlap, covered=covered, shared=shared)
   return _value_scorer(u, g, valid)
 
 
