@@ -200,6 +200,55 @@ def test_symmetric_input_is_used_without_a_copy(n):
         jaxsel.coverage(s, symmetric=True)
 
 
+@pytest.mark.parametrize("n", [3, 8, 37, 300])
+def test_symmetry_found_in_the_checking_pass(n, monkeypatch):
+  """One float32 matrix, `symmetric=None`: the checking pass also tests symmetry (a randomized
+  test on the entries' bits) and writes the straight copy where one is needed, so a symmetric
+  NumPy matrix (unaligned, as NumPy allocates it) is never transposed nor compared pairwise;
+  one asymmetric entry anywhere (one ulp, at the ragged edge too) is found and transposed. The
+  caller's array is left as it was; picks equal those of the transposing path."""
+  from jaxsel._src.objectives import cover_kernel as ck
+  sim = _sym(n, seed=n)
+  unaligned = np.empty(n * n + 1, np.float32)[1:].reshape(n, n)
+  unaligned[...] = sim
+  aligned = np.empty(n * n + 16, np.float32)
+  start = (-aligned.ctypes.data) % 64 // 4
+  aligned = aligned[start:start + n * n].reshape(n, n)
+  aligned[...] = sim
+  copy, symmetric_pass = ck.host_copy, ck.host_symmetric
+
+  def no_transpose(*a, transpose, **kw):
+    assert not transpose, "a symmetric matrix was transposed"
+    return copy(*a, transpose=transpose, **kw)
+
+  def no_pairwise(*a, **kw):
+    raise AssertionError("compared pairwise")
+
+  monkeypatch.setattr(ck, "host_copy", no_transpose)
+  monkeypatch.setattr(ck, "host_symmetric", no_pairwise)
+  for s in (unaligned, aligned, jnp.asarray(sim)):
+    obj = jaxsel.coverage(s)
+    np.testing.assert_array_equal(obj.sim_t, sim)
+    np.testing.assert_array_equal(np.asarray(s), sim)  # untouched
+  assert jaxsel.coverage(aligned).sim_t.unsafe_buffer_pointer() == aligned.ctypes.data
+  monkeypatch.setattr(ck, "host_copy", copy)
+  monkeypatch.setattr(ck, "host_symmetric", symmetric_pass)
+  k = min(n, 5)
+  want = jaxsel.greedy(jaxsel.coverage(sim, symmetric=False), k=k).indices
+  np.testing.assert_array_equal(jaxsel.greedy(jaxsel.coverage(unaligned), k=k).indices, want)
+  rng = np.random.default_rng(n)
+  for i, j in ((n - 1, 0), (0, n - 1), tuple(rng.integers(0, n, 2))):
+    if i == j:
+      continue
+    asym = sim.copy()
+    asym[i, j] = np.nextafter(asym[i, j], np.float32(2))
+    un = np.empty(n * n + 1, np.float32)[1:].reshape(n, n)
+    un[...] = asym
+    for s in (asym, un, jnp.asarray(asym)):
+      np.testing.assert_array_equal(jaxsel.coverage(s).sim_t, asym.T)
+    np.testing.assert_array_equal(un, asym)  # untouched
+
+
 @pytest.mark.parametrize("shape", [(5, 5), (4, 9, 9), (70, 70), (3, 130, 130)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_host_pass_masks_converts_and_checks(shape, dtype):

@@ -189,10 +189,13 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
   transposed copy into a 64-byte aligned buffer, which `jax.device_put` then shares. A
   symmetric matrix needs no transpose: promised (`symmetric=True`) it is checked and used as
   it is where no copy is needed (`dtype` already, no mask, aligned memory or `keep`, the
-  jax.Array it views), copied straight otherwise; where it could be used as it is,
-  `symmetric=None` first finds out (one comparing pass that stops at the first difference,
-  measured slower than a copy, so not done where a copy is needed anyway). `dtype` is the
-  device dtype (`checks.host_float_dtype`)."""
+  jax.Array it views), copied straight otherwise. `symmetric=None` finds out: for one float32
+  problem kept in float32 without a mask, by a randomized test in the checking pass
+  (`cover_kernel.host_symmetry_hash`, which also writes the straight copy where one is needed;
+  a failed test then costs the transposed copy on top); elsewhere, where the matrix could be
+  used as it is, by one comparing pass that stops at the first difference (measured slower
+  than a copy, so not done where a copy is needed anyway). `dtype` is the device dtype
+  (`checks.host_float_dtype`)."""
   masked = valid is not None and not valid.all()
   if not sim.size:
     return jax.device_put(np.zeros(sim.shape, dtype))
@@ -201,6 +204,17 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
     checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
     return _numpy_candidate_major(sim, valid if masked else None, dtype, transpose=not symmetric)
   as_is = sim.dtype == dtype and not masked and (keep is not None or sim.ctypes.data % 64 == 0)
+  if symmetric is None and not masked and cover_kernel.hash_applies(sim, dtype):
+    # One float32 problem: the checks and a randomized symmetry test in one pass, which also
+    # writes the straight copy where one is needed; the transposed copy only if it fails.
+    out = None if as_is else memory.aligned_empty(sim.shape, dtype)
+    sym, least, bad = cover_kernel.host_symmetry_hash(sim, out)
+    _raise_bad(sim, least, bad)
+    if sym:
+      return keep if out is None and keep is not None else jax.device_put(sim if out is None else out)
+    out = memory.aligned_empty(sim.shape, dtype) if out is None else out
+    cover_kernel.host_copy(sim, out, transpose=True, valid=None)
+    return jax.device_put(out)
   sym = bool(symmetric)
   if as_is and symmetric is not False:
     if symmetric:
@@ -310,9 +324,12 @@ def facility_location(similarity, relevance=None, *, valid=None, symmetric: Opti
     symmetric: whether `s_ij = s_ji` (cosine similarity is), which saves the candidate-major
       copy. ``True`` is the caller's promise, not verified (a matrix that is not symmetric
       then gives the objective of its transpose); ``None`` (default) finds out on concrete
-      inputs where that can save the copy (a CPU `jax.Array`, or 64-byte aligned NumPy
-      memory, of the device dtype, without a mask) and transposes otherwise; ``False``
-      always transposes.
+      inputs where that can save the copy: a single float32 `[N, N]` without a mask (NumPy,
+      or a CPU `jax.Array`) by a randomized test in the checking pass (Freivalds' test on the
+      entries' bits: a symmetric matrix always passes, another one fails except with
+      probability below 2^-32), a batch or float64 matrix of the device dtype in 64-byte
+      aligned memory by an exact comparing pass; otherwise it transposes. ``False`` always
+      transposes.
     backend: where gains are computed: ``"auto"`` (the native CPU kernels where they apply),
       ``"native"`` or ``"xla"`` (`jaxsel.greedy(backend=...)` can override it).
   Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.

@@ -13,12 +13,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 #include <utility>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -119,9 +120,61 @@ inline T Fold(typename Vec<T>::type a) {
   return s;
 }
 
-// Σ_i max(0, w·p[i] − c[i]).
-template <typename T, bool kWeighted>
-inline T RowGain(const T* __restrict p, const T* __restrict c, T w, int64_t n) {
+// A row's lanes at p as stored (float32/64); the half-precision rows below widen to float32.
+template <typename T>
+inline typename Vec<T>::type LoadRow(const T* p) {
+  return Load<typename Vec<T>::type>(p);
+}
+template <typename T>
+inline typename Vec<T>::type LoadRowTail(const T* p, int64_t m) {
+  return LoadTail<T>(p, m);
+}
+
+#if defined(__F16C__)
+#define JAXSEL_HALF_BOUNDS 1
+inline Vec<float>::type LoadRow(const uint16_t* h) {
+  using V = Vec<float>::type;
+  V v;
+#if defined(__AVX512F__)
+  __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+  std::memcpy(&v, &x, sizeof(V));
+#else
+  __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8)));
+  std::memcpy(&v, &lo, 32);
+  std::memcpy(reinterpret_cast<char*>(&v) + 32, &hi, 32);
+#endif
+  return v;
+}
+
+inline Vec<float>::type LoadRowTail(const uint16_t* h, int64_t m) {
+  Vec<float>::type v = {};
+  for (int64_t l = 0; l < m; ++l) v[l] = _cvtsh_ss(h[l]);
+  return v;
+}
+
+// Half-precision upper bounds of float32 rows (lazy greedy on large problems): h[i] is x[i]
+// rounded up to float16 (+inf beyond its range). RowGain of such a row (R = uint16_t) is an
+// upper bound of RowGain of the float32 row: each term is ≥ the float32 row's term for the
+// same i (rounding is monotone), and they are summed in the same order (same lanes, same
+// accumulators, same Fold), where every rounded addition is monotone too.
+inline void HalfRoundUp(const float* __restrict x, uint16_t* __restrict h, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+#endif
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) h[i] = _cvtss_sh(x[i], _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+}
+#endif
+
+// Σ_i max(0, w·p[i] − c[i]); p a row of T, or of float16 (R = uint16_t, T = float).
+template <typename T, bool kWeighted, typename R>
+inline T RowGain(const R* __restrict p, const T* __restrict c, T w, int64_t n) {
   using V = typename Vec<T>::type;
   constexpr int64_t L = Vec<T>::kLanes;
   const V zero = {};
@@ -133,14 +186,14 @@ inline T RowGain(const T* __restrict p, const T* __restrict c, T w, int64_t n) {
   };
   int64_t i = 0;
   for (; i + 2 * L <= n; i += 2 * L) {
-    a0 += term(Load<V>(p + i), Load<V>(c + i));
-    a1 += term(Load<V>(p + i + L), Load<V>(c + i + L));
+    a0 += term(LoadRow(p + i), Load<V>(c + i));
+    a1 += term(LoadRow(p + i + L), Load<V>(c + i + L));
   }
   if (i + L <= n) {
-    a0 += term(Load<V>(p + i), Load<V>(c + i));
+    a0 += term(LoadRow(p + i), Load<V>(c + i));
     i += L;
   }
-  if (i < n) a1 += term(LoadTail<T>(p + i, n - i), LoadTail<T>(c + i, n - i));
+  if (i < n) a1 += term(LoadRowTail(p + i, n - i), LoadTail<T>(c + i, n - i));
   return Fold<T>(a0 + a1);
 }
 
@@ -431,7 +484,7 @@ struct GainBounder {
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
 // parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost.
 template <typename T, typename PFor>
-int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const float* C, float budget,
+int32_t SolveOne(const Problem& pr, const T* S, uint16_t* H, const T* W, const bool* V, const float* C, float budget,
                  T floor, bool parallel, int64_t threads, const PFor& pfor, int32_t* I, T* G, T* X,
                  float* spent_out, T* bound_out) {
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
@@ -461,6 +514,31 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
                       : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
     return g;
   };
+  // Lazy steps on a large float32 problem get `H` [N, N], scratch for each candidate row
+  // rounded up to float16 (written in the first round): a stale top is first bounded from it
+  // (RowGain of the float16 row: half the bytes of the float32 one), whose float32 row is read
+  // only when that bound keeps it on top. Bounds are never below the gain (see HalfRoundUp), so
+  // the picks are CELF's; only the stale keys, and with them the certificate, can differ.
+  const bool half = H != nullptr && lazy && !saturated;
+  auto half_bound = [&](int64_t j) -> T {
+#if defined(JAXSEL_HALF_BOUNDS)
+    if constexpr (std::is_same<T, float>::value) {
+      const uint16_t* h = H + j * N;
+      T g = 0;
+      for (int64_t q = 0; q < Q; ++q)
+        g += weighted ? RowGain<T, true>(h, cover.data() + q * N, W[q * N + j], N)
+                      : RowGain<T, false>(h, cover.data() + q * N, T(1), N);
+      return g;
+    }
+#endif
+    return kInf;
+  };
+  auto make_half = [&](int64_t j) {
+#if defined(JAXSEL_HALF_BOUNDS)
+    if constexpr (std::is_same<T, float>::value) HalfRoundUp(S + j * N, H + j * N, N);
+#endif
+  };
+  std::vector<int32_t> bounded(half ? N : 0, -1);  // step at which H last bounded a candidate
   // Dense steps evaluate every eligible candidate, also those the spent budget excludes from
   // the pick, as jaxsel.greedy's XLA loop does: the certificate then has every current gain.
   std::vector<T> last(lazy ? 0 : N, T(0));
@@ -551,7 +629,10 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
         seen.assign(N, -1);
         auto eval = [&](int64_t lo, int64_t hi) {
           for (int64_t j = lo; j < hi; ++j)
-            if (avail[j] && fits(j)) fresh[j] = gain(j);
+            if (avail[j] && fits(j)) {
+              fresh[j] = gain(j);
+              if (half) make_half(j);
+            }
         };
         if (parallel) pfor(N, grain, eval);
         else eval(0, N);
@@ -568,6 +649,16 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* W, const bool* V, const
         if (stamp[j] == step) {
           best = {heap[0].first, j, fresh[j]};
           break;
+        }
+        if (half && bounded[j] != step) {
+          bounded[j] = static_cast<int32_t>(step);
+          const T u = half_bound(j);
+          if (u < fresh[j]) {
+            fresh[j] = u;  // a tighter stale bound; j stays stale
+            heap[0].first = crit_of(u, j);
+            sift_down(0);
+          }
+          continue;  // still on top: read its float32 row
         }
         // One evaluation at a time, even for one large problem: re-evaluations read random
         // rows and are memory bound; batches of them on all threads measured no faster.
@@ -725,8 +816,34 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
     TransposeRows<T>(src, scratch.data(), N, 0, N);
     return scratch.data();
   };
+  // One large float32 lazy problem gets the scratch of its half-precision bounds (SolveOne):
+  // kept between calls (the first call pays for its pages; at most kHalfMaxBytes), or made
+  // for this call alone while another call holds it.
+  uint16_t* half = nullptr;
+  static std::mutex half_mu;
+  static std::unique_ptr<uint16_t[]> half_kept;
+  static int64_t half_kept_size = 0;
+  std::unique_lock<std::mutex> half_lock(half_mu, std::defer_lock);
+  std::unique_ptr<uint16_t[]> half_own;
+  constexpr int64_t kHalfMinN = 2048, kHalfMaxBytes = int64_t(512) << 20;
+#if defined(JAXSEL_HALF_BOUNDS)
+  if (std::is_same<T, float>::value && lazy && !saturated && !by_problem && N >= kHalfMinN &&
+      N * N * 2 <= kHalfMaxBytes && batch.count > 0) {
+    if (half_lock.try_lock()) {
+      if (half_kept_size < N * N) {
+        half_kept.reset();
+        half_kept.reset(new uint16_t[N * N]);
+        half_kept_size = N * N;
+      }
+      half = half_kept.get();
+    } else {
+      half_own.reset(new uint16_t[N * N]);
+      half = half_own.get();
+    }
+  }
+#endif
   auto solve = [&](int64_t b) {
-    cp[b] = SolveOne<T>(pr, matrix(b), wp + batch.Offset(b, wd, weighted ? Q * N : 0),
+    cp[b] = SolveOne<T>(pr, matrix(b), half, wp + batch.Offset(b, wd, weighted ? Q * N : 0),
                         vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
                         bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
                         ip + b * K, gp + b * K, xp + b * K, sp + b, bp_out + b);
@@ -999,6 +1116,50 @@ int32_t Symmetric(const I* __restrict in, int64_t n, int64_t lo, int64_t hi, con
   return st.Bad() ? 1 : 0;
 }
 
+// A randomized symmetry test of a float32 matrix, with the input checks, in one pass over rows
+// [lo, hi) (and, with out != nullptr, their straight copy): with x_ij the bit pattern of in[i, j]
+// as an integer and `a` [n] random 64-bit weights, row_hash[i] = Σ_j a_j x_ij and
+// col_hash[j] += a_i x_ij (mod 2^64). A symmetric matrix has row_hash == col_hash (summed over
+// all rows). A matrix with some x_kj ≠ x_jk has (row_hash − col_hash)_k = Σ_j a_j (x_kj − x_jk),
+// and as each difference is below 2^32 in size, a uniform a_j makes that zero with probability
+// at most 2^-32 (Freivalds' test in the integers mod 2^64). Returns bit 1 when an entry is
+// NaN/inf; *min_out is the least entry.
+inline int32_t SymmetryHash(const float* __restrict in, float* __restrict out, int64_t n, int64_t lo, int64_t hi,
+                            const uint64_t* __restrict a, uint64_t* __restrict row_hash,
+                            uint64_t* __restrict col_hash, double* min_out) {
+  typedef uint64_t U8 __attribute__((vector_size(64)));
+  typedef uint32_t W8 __attribute__((vector_size(32)));
+  Stats<float> st;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float* src = in + i * n;
+    const U8 ai = U8{} + a[i];
+    U8 acc = {};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const F8 x = Load<F8>(src + j);
+      st.Add(x);
+      W8 w;
+      std::memcpy(&w, &x, sizeof(w));
+      const U8 b = __builtin_convertvector(w, U8);
+      acc += b * Load<U8>(a + j);
+      StoreU(col_hash + j, Load<U8>(col_hash + j) + b * ai);
+    }
+    uint64_t r = 0;
+    for (int l = 0; l < 8; ++l) r += acc[l];
+    for (; j < n; ++j) {
+      st.Add1(src[j]);
+      uint32_t w;
+      std::memcpy(&w, src + j, 4);
+      r += a[j] * w;
+      col_hash[j] += a[i] * w;
+    }
+    row_hash[i] = r;
+    if (out != nullptr) std::memcpy(out + i * n, src, n * sizeof(float));
+  }
+  *min_out = static_cast<double>(st.Min());
+  return st.Bad() ? 1 : 0;
+}
+
 }  // namespace jaxsel_host
 
 // `count` problems [count, n, n] one after another (valid: [count, n]); rows [lo, hi) of each.
@@ -1040,4 +1201,11 @@ extern "C" int32_t JaxselHostSymmetric(const void* in, int32_t in_f64, int64_t n
   }
   *min_out = mn;
   return flags;
+}
+
+// SymmetryHash over rows [lo, hi) of one float32 problem; col_hash [n] is this range's own.
+extern "C" int32_t JaxselHostSymmetryHash(const float* in, float* out, int64_t n, int64_t lo, int64_t hi,
+                                          const uint64_t* a, uint64_t* row_hash, uint64_t* col_hash,
+                                          double* min_out) {
+  return jaxsel_host::SymmetryHash(in, out, n, lo, hi, a, row_hash, col_hash, min_out);
 }
