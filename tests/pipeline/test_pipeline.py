@@ -161,7 +161,8 @@ def test_the_default_corag_is_the_learned_hops_search_then_a_relevance_top_up(en
                              [p.title for p in passages], [Q0])
   e = enc.encode([p.text for p in passages], prompt_name="passage")
   req = methods.request(enc.encode([Q0], prompt_name="query"), e, costs=costs, links=sig.links,
-                        mentioned=sig.mentioned, entities=sig.entities, groups=sig.groups)
+                        mentioned=sig.mentioned, entities=sig.entities, groups=sig.groups,
+                        overlap=sig.overlap, covered=sig.covered, shared=sig.shared)
   assert Pipeline(enc, method="corag").config.corag_scorer == "learned_hops"
   ref = search.corag_search(methods.scorer("learned_hops", req), costs, budget=150.0,
                             iterations=15, exploration=2.0, cost_penalty=0.2, max_depth=len(passages))
