@@ -28,7 +28,6 @@ import hashlib
 import os
 import platform
 import struct
-import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -37,6 +36,7 @@ import jaxlib
 import numpy as np
 
 from jaxsel._src import native
+from jaxsel._src.io import TMP_PREFIX, atomic_write
 
 MAGIC = b"jaxsel-embeddings-1\n"
 _HEADER = struct.Struct("<QQ")  # rows, columns
@@ -152,17 +152,10 @@ class EmbeddingStore:
     array = np.ascontiguousarray(array, "<f4")
     payload = MAGIC + _HEADER.pack(*array.shape) + array.tobytes()
     payload += hashlib.blake2b(key.encode() + payload, digest_size=_DIGEST).digest()
-    tmp = None
     try:
       self.folder.mkdir(parents=True, exist_ok=True)
-      fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=SUFFIX)
-      with os.fdopen(fd, "wb") as f:
-        f.write(payload)
-      os.replace(tmp, self.path(key))
+      atomic_write(self.path(key), payload)  # removes its temporary file on failure
     except OSError:
-      if tmp is not None:
-        with contextlib.suppress(OSError):
-          os.unlink(tmp)
       return False
     self._evict()
     return True
@@ -171,7 +164,7 @@ class EmbeddingStore:
     """Deletes the least recently used entries while their total exceeds `max_bytes`."""
     entries = []
     for p in self.folder.glob(f"*{SUFFIX}"):
-      if p.name.startswith(".tmp-"):
+      if p.name.startswith(TMP_PREFIX):
         continue
       with contextlib.suppress(OSError):
         st = p.stat()
