@@ -376,7 +376,9 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
       at most N, and 48 from 5000 candidates on, where rows are gathered into blocks). With
       the default, ``"lazy"`` on at most 256 candidates takes dense steps (the same picks;
       below that size, and above all under `vmap`, the lazy bookkeeping costs more than the
-      gain evaluations it saves); pass `block` to force lazy rounds.
+      gain evaluations it saves); pass `block` to force lazy rounds. The native CPU kernel
+      likewise takes dense steps on a batch of small problems built inside `jit` (item-major
+      input) while `k <= 16` and `N·k <= 2048`: same picks, dense greedy's certificate.
     backend: ``"auto"``, ``"native"`` or ``"xla"`` (static): where gains and fused greedy
       runs are computed; None keeps the objective's own (its constructor's `backend`).
       Both give the same picks.

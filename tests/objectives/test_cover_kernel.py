@@ -232,29 +232,108 @@ def test_gains_gradient_equals_xla(q):
   assert np.abs(np.asarray(native[0])).sum() > 0
 
 
+def _direct(n, k, lazy, q=1):
+  """Whether the kernel solves item-major problems of this size straight from the input with
+  dense steps (greedy.cc: problems solved one per thread, as N²·Q < 2^18 always is, and for
+  lazy K <= 16 and N·K <= 2048)."""
+  return n * n * q < 2 ** 18 and (not lazy or (k <= 16 and n * k <= 2048))
+
+
+def _assert_item_major_run(got, lazy_want, dense_want, direct):
+  """An item-major run equals the candidate-major one bit for bit; where the kernel takes dense
+  steps from the input, lazy greedy returns dense greedy's certificate (not above its own but
+  for float rounding: under a budget dense keeps the last gains of what no longer fits)."""
+  want = dense_want if direct else lazy_want
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a, b)
+  assert (np.asarray(got.bound) <= np.asarray(lazy_want.bound) * (1 + 1e-6)).all()
+
+
 @pytest.mark.parametrize("saturated", [False, True])
-@pytest.mark.parametrize("shape", [(600, 600), (5, 70, 70)])
-def test_item_major_input_equals_candidate_major(shape, saturated):
-  """`item_major=True` (how an objective built inside jit hands over its input): each problem
-  is transposed in the kernel, on all threads for one large problem (N = 600) and in a
-  per-thread scratch for a batch; the picks, gains and values are the candidate-major ones,
-  bit for bit."""
-  rng = np.random.default_rng(shape[-1])
+@pytest.mark.parametrize("shape,k", [((600, 600), 12), ((5, 70, 70), 12), ((5, 70, 70), 40), ((6, 150, 150), 16)])
+def test_item_major_input_equals_candidate_major(shape, k, saturated):
+  """`item_major=True` (how an objective built inside jit hands over its input): one large
+  problem (N = 600) is transposed on all threads; a batch of small ones is solved from the
+  input with dense steps (every gain at once, each candidate in one vector lane: the same
+  sums in the same order), or, for lazy with a larger K·N, transposed in a per-thread scratch.
+  The picks, gains and values are the candidate-major ones, bit for bit."""
+  rng = np.random.default_rng(shape[-1] + k)
   sim = rng.random(shape).astype(np.float32)
   n = shape[-1]
   rel = rng.random(shape[:-2] + (2, n)).astype(np.float32)
   valid = jnp.asarray(rng.random(shape[:-1]) > 0.1)
   sim_t = jnp.swapaxes(jnp.asarray(sim), -1, -2)
+  outs = {}
   for lazy in (False, True):
     run = lambda s, item_major, r, v: cover_kernel.cover_greedy(
-        s, r, v, None, jnp.inf, None, k=12, lazy=lazy, ratio=False, saturated=saturated,
+        s, r, v, None, jnp.inf, None, k=k, lazy=lazy, ratio=False, saturated=saturated,
         item_major=item_major)
     if len(shape) == 3:
       run = jax.vmap(run, in_axes=(0, None, 0, 0))
-    want = run(sim_t, False, jnp.asarray(rel), valid)
-    got = run(jnp.asarray(sim), True, jnp.asarray(rel), valid)
-    for a, b in zip(got, want):
-      np.testing.assert_array_equal(a, b)
+    outs[lazy] = (run(sim_t, False, jnp.asarray(rel), valid), run(jnp.asarray(sim), True, jnp.asarray(rel), valid))
+  (dense_want, dense_got), (lazy_want, lazy_got) = outs[False], outs[True]
+  _assert_item_major_run(dense_got, dense_want, dense_want, True)
+  _assert_item_major_run(lazy_got, lazy_want, dense_want, _direct(n, k, True, q=2))
+  for a, b in zip(lazy_want[:5], dense_want[:5]):  # lazy equals dense, gains and values too
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["coverage", "weighted", "saturated"])
+@pytest.mark.parametrize("n,k", [(1, 1), (17, 5), (33, 16), (100, 10), (129, 7)])
+def test_direct_item_major_batch_equals_candidate_major(n, k, kind, dtype):
+  """The direct item-major dense steps on every lane layout (N below, at and past the vector
+  width, ragged tails, the extra full block of RowGain's layout), with invalid candidates,
+  a token budget with and without the cost-benefit ratio, and min_gain: every output of the
+  candidate-major dense run, bit for bit (the certificate too), and brute force's picks."""
+  with jax.enable_x64(dtype == np.float64):
+    _direct_batch_case(n, k, kind, dtype)
+
+
+def _direct_batch_case(n, k, kind, dtype):
+  rng = np.random.default_rng(n * 31 + k)
+  b = 5
+  sim = rng.random((b, n, n)).astype(dtype)
+  valid = rng.random((b, n)) > 0.15
+  valid[:, 0] = True
+  sim = sim * valid[:, :, None] * valid[:, None, :]  # as the constructors zero
+  rel = (rng.random((b, 3, n)) * valid[:, None, :]).astype(dtype) if kind != "coverage" else None
+  costs = rng.integers(1, 6, (b, n)).astype(np.float32)
+  saturated = kind == "saturated"
+  for budget, ratio, floor in ((jnp.inf, False, None), (9.0, True, None), (9.0, False, None), (jnp.inf, False, 0.5)):
+    has_costs = budget != jnp.inf
+    def run(s, item_major, r, v, c, lazy):
+      return cover_kernel.cover_greedy(
+          s, r, v, c if has_costs else None, jnp.float32(budget), None if floor is None else jnp.asarray(floor, dtype),
+          k=k, lazy=lazy, ratio=ratio, saturated=saturated, item_major=item_major)
+    batched = jax.vmap(run, in_axes=(0, None, None if rel is None else 0, 0, 0, None), out_axes=0)
+    r = None if rel is None else jnp.asarray(rel)
+    sim_t = jnp.swapaxes(jnp.asarray(sim), -1, -2)
+    dense_want = batched(sim_t, False, r, jnp.asarray(valid), jnp.asarray(costs), False)
+    lazy_want = batched(sim_t, False, r, jnp.asarray(valid), jnp.asarray(costs), True)
+    for lazy in (False, True):
+      got = batched(jnp.asarray(sim), True, r, jnp.asarray(valid), jnp.asarray(costs), lazy)
+      _assert_item_major_run(got, lazy_want if lazy else dense_want, dense_want, _direct(n, k, lazy, q=3))
+    if kind == "coverage" and not has_costs and floor is None:
+      for i in range(b):
+        f = lambda m, i=i: ref.fl_value(sim[i], None, m, valid[i])
+        picks, _, _ = ref.greedy(f, n, k, valid=valid[i])
+        np.testing.assert_array_equal(np.asarray(got.indices[i])[:len(picks)], picks)
+
+
+def test_weighted_lazy_and_dense_gains_agree_bit_for_bit():
+  """Every native path rounds w·s before subtracting the cover (no fused multiply-add the
+  compiler picks for one inlined copy of the gain and not another: setup.py's
+  -ffp-contract=off): lazy and dense runs on a batch of weighted problems give the same
+  gains and values, not just the same picks."""
+  rng = np.random.default_rng(5)
+  b, n, k = 8, 60, 12
+  sim = rng.random((b, n, n)).astype(np.float32)
+  rel = rng.random((b, 3, n)).astype(np.float32)
+  objs = jax.vmap(lambda s, r: jaxsel.facility_location(s, r))(sim, rel)
+  runs = [jax.jit(jax.vmap(lambda o, m=m: jaxsel.greedy(o, k=k, method=m)))(objs) for m in ("lazy", "dense")]
+  for a, b_ in zip(runs[0][:5], runs[1][:5]):
+    np.testing.assert_array_equal(a, b_)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -277,8 +356,15 @@ def test_item_major_ragged_sizes_equal_candidate_major(shape, dtype):
     run = jax.vmap(run, in_axes=(0, None, 0))
   want = run(jnp.swapaxes(jnp.asarray(sim), -1, -2), False, valid)
   got = run(jnp.asarray(sim), True, valid)
-  for a, b in zip(got, want):
-    np.testing.assert_array_equal(a, b)
+  if _direct(n, 4, True):  # dense steps from the input: dense greedy's certificate
+    dense = lambda s, v: cover_kernel.cover_greedy(s, None, v, None, jnp.inf, None, k=4, lazy=False,
+                                                   ratio=False, saturated=False)
+    if len(shape) == 3:
+      dense = jax.vmap(dense)
+    _assert_item_major_run(got, want, dense(jnp.swapaxes(jnp.asarray(sim), -1, -2), valid), True)
+  else:
+    for a, b in zip(got, want):
+      np.testing.assert_array_equal(a, b)
   for b in range(int(np.prod(shape[:-2], dtype=int))):
     s, v = sim.reshape(-1, n, n)[b], np.asarray(valid).reshape(-1, n)[b]
     picks, _, _ = ref.greedy(lambda m: ref.fl_value(s, None, m, v), n, 4, valid=v)

@@ -77,8 +77,10 @@ def cover_greedy(sim_t: Array, relevance: Optional[Array], valid: Array, costs: 
   C++ call: dense steps, or lazy ones (CELF with a heap), with or without costs, by the rules
   of `jaxsel.greedy`'s own loop and the same gain code as `cover_gains`, so dense and lazy
   picks agree exactly. `sim_t` `[N, N]` candidate-major, or item-major (`s_ij` at `[i, j]`)
-  with `item_major`, which the kernel transposes problem by problem (in cache for small
-  ones); `relevance` `[Q, N]` or None. The kernel also returns the run's certificate (the
+  with `item_major`: a batch of small problems is then solved from it directly with dense
+  steps (all gains at once, each candidate in a vector lane; `lazy` too while k <= 16 and
+  N·k <= 2048, returning dense greedy's certificate), a larger one transposed first;
+  `relevance` `[Q, N]` or None. The kernel also returns the run's certificate (the
   `bound` of `jaxsel.greedy`'s loop, from the gains it evaluates; `certified` is left to the
   caller, which combines the runs)."""
   n = sim_t.shape[-1]

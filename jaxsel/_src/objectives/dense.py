@@ -66,8 +66,8 @@ class _Dense(Objective):
     sim = self.sim_t
     if self.item_major_input:
       # `sim_t` is the constructor's transpose of a traced item-major input: transposing it
-      # back folds the two away in XLA, so the kernel reads the input as it came (and
-      # transposes each problem in cache) instead of XLA writing a transposed copy.
+      # back folds the two away in XLA, so the kernel reads the input as it came (small
+      # problems directly, larger ones transposed in cache) instead of XLA writing a copy.
       sim = jnp.swapaxes(sim, -1, -2)
     return cover_kernel.cover_greedy(
         sim, self.relevance, self.valid, costs, budget, min_gain, k=k, lazy=lazy,

@@ -85,6 +85,44 @@ inline V Load(const void* p) {
   return v;
 }
 
+// Every lane x.
+template <typename V, typename T>
+inline V Splat(T x) {
+  return x - V{};  // x − (+0) is x exactly (−0 included): a broadcast
+}
+
+// d > 0 ? d : +0 lane by lane (NaN and −0 give +0): one MAXPS, whose (a > b ? a : b) is this
+// exactly with b = +0; GCC otherwise emits a compare and a masked move.
+template <typename V>
+inline V Relu(V d) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && sizeof(d[0]) == 4) {
+    __m512 r = _mm512_max_ps(reinterpret_cast<__m512&>(d), _mm512_setzero_ps());
+    return reinterpret_cast<V&>(r);
+  }
+  if constexpr (sizeof(V) == 64 && sizeof(d[0]) == 8) {
+    __m512d r = _mm512_max_pd(reinterpret_cast<__m512d&>(d), _mm512_setzero_pd());
+    return reinterpret_cast<V&>(r);
+  }
+#endif
+  const V zero = {};
+  return d > zero ? d : zero;
+}
+
+// Whether any lane of x is above t.
+template <typename V, typename T>
+inline bool AnyAbove(V x, T t) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && sizeof(T) == 4)
+    return _mm512_cmp_ps_mask(reinterpret_cast<__m512&>(x), _mm512_set1_ps(t), _CMP_GT_OQ) != 0;
+  if constexpr (sizeof(V) == 64 && sizeof(T) == 8)
+    return _mm512_cmp_pd_mask(reinterpret_cast<__m512d&>(x), _mm512_set1_pd(t), _CMP_GT_OQ) != 0;
+#endif
+  bool any = false;
+  for (size_t l = 0; l < sizeof(V) / sizeof(T); ++l) any |= x[l] > t;
+  return any;
+}
+
 // The first m < kLanes entries of x, zeros after (a masked load where AVX-512 has one).
 template <typename T>
 inline typename Vec<T>::type LoadTail(const T* x, int64_t m) {
@@ -186,7 +224,7 @@ inline T RowGain(const R* __restrict p, const T* __restrict c, T w, int64_t n) {
   V a0 = zero, a1 = zero;
   auto term = [&](V x, V cv) {
     V d = (kWeighted ? wv * x : x) - cv;
-    return d > zero ? d : zero;
+    return Relu(d);
   };
   int64_t i = 0;
   for (; i + 2 * L <= n; i += 2 * L) {
@@ -211,7 +249,7 @@ inline T RowGainSat(const T* __restrict p, const T* __restrict r, const T* __res
   auto term = [&](V x, V rv, V cv) {
     V m = x < rv ? x : rv;
     V d = m - cv;
-    return d > zero ? d : zero;
+    return Relu(d);
   };
   int64_t i = 0;
   for (; i + 2 * L <= n; i += 2 * L) {
@@ -236,6 +274,91 @@ inline T Sum(const T* __restrict x, int64_t n) {
   for (; i + L <= n; i += L) a += Load<V>(x + i);
   if (i < n) a += LoadTail<T>(x + i, n - i);
   return Fold<T>(a);
+}
+
+// Every candidate's gain at once from an item-major matrix M [N items, N candidates]
+// (M[i, j] = s_ij, as an objective built inside jit hands it over), Vec<T>::kLanes candidates
+// per vector: out[j] = Σ_q RowGain (or RowGainSat) of candidate j's column, bit for bit. Each
+// lane of a vector holds one candidate and takes the very terms RowGain takes for it, added
+// into the same accumulators (a0, a1 per RowGain lane l) in the same order and folded by
+// the same tree (Fold), so no transposed copy of M is needed. `levels` [Q, N]: saturated
+// coverage's r_qi, else the weights w_qj (ignored unless `weighted`).
+template <typename T, bool kWeighted, bool kSaturated, bool kFull>
+inline typename Vec<T>::type ItemMajorBlock(const T* __restrict M, const T* __restrict c, const T* __restrict r,
+                                            int64_t N, int64_t jb, int64_t m) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes, kFold = 16 / sizeof(T);
+  const V zero = {};
+  // RowGain's layout of a row of N: `pairs` blocks of 2L (first half a0, second a1), then
+  // one more full block (a0) where it fits, then the ragged tail (a1).
+  const int64_t pairs = N / (2 * L);
+  const bool extra = N - 2 * L * pairs >= L;
+  const int64_t tail = 2 * L * pairs + (extra ? L : 0);
+  const T* Mj = M + jb;
+  V wv = zero;
+  if constexpr (kWeighted && !kSaturated) wv = kFull ? Load<V>(r + jb) : LoadTail<T>(r + jb, m);
+  auto term = [&](int64_t i) {
+    const V x = kFull ? Load<V>(Mj + i * N) : LoadTail<T>(Mj + i * N, m);
+    const V cv = Splat<V>(c[i]);
+    V d;
+    if constexpr (kSaturated) {
+      const V rv = Splat<V>(r[i]);
+      d = (x < rv ? x : rv) - cv;
+    } else if constexpr (kWeighted) {
+      d = wv * x - cv;
+    } else {
+      d = x - cv;
+    }
+    return Relu(d);
+  };
+  alignas(64) V v[L];
+  for (int64_t l = 0; l < L; ++l) {
+    V a0 = zero, a1 = zero;
+    int64_t i = l;
+    for (int64_t p = 0; p < pairs; ++p, i += 2 * L) {
+      a0 += term(i);
+      a1 += term(i + L);
+    }
+    if (extra) a0 += term(i), i += L;
+    if (i < N) a1 += term(i);
+    v[l] = a0 + a1;
+  }
+  int64_t h = L;  // Fold: halve to 16 bytes of lanes, then add those in order from 0
+  while (h > kFold) {
+    h /= 2;
+    for (int64_t l = 0; l < h; ++l) v[l] = v[l] + v[l + h];
+  }
+  V sum = zero;
+  for (int64_t l = 0; l < h; ++l) sum += v[l];
+  return sum;
+}
+
+template <typename T, bool kWeighted, bool kSaturated>
+void ItemMajorGainsOf(const T* __restrict M, const T* __restrict cover, const T* __restrict levels, int64_t N,
+                      int64_t Q, T* __restrict out) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  int64_t jb = 0;
+  for (; jb + L <= N; jb += L) {
+    V g = {};
+    for (int64_t q = 0; q < Q; ++q)
+      g += ItemMajorBlock<T, kWeighted, kSaturated, true>(M, cover + q * N, levels + q * N, N, jb, L);
+    std::memcpy(out + jb, &g, sizeof(V));
+  }
+  if (jb < N) {
+    V g = {};
+    for (int64_t q = 0; q < Q; ++q)
+      g += ItemMajorBlock<T, kWeighted, kSaturated, false>(M, cover + q * N, levels + q * N, N, jb, N - jb);
+    for (int64_t l = 0; l < N - jb; ++l) out[jb + l] = g[l];
+  }
+}
+
+template <typename T>
+void ItemMajorGains(const T* M, const T* cover, const T* levels, int64_t N, int64_t Q, bool weighted,
+                    bool saturated, T* out) {
+  if (saturated) ItemMajorGainsOf<T, true, true>(M, cover, levels, N, Q, out);
+  else if (weighted) ItemMajorGainsOf<T, true, false>(M, cover, levels, N, Q, out);
+  else ItemMajorGainsOf<T, false, false>(M, cover, levels, N, Q, out);
 }
 
 struct Batch {
@@ -371,21 +494,21 @@ struct GainBounder {
 
   // Summed largest first, so the value does not depend on how they were found: for a small K
   // by insertion into a sorted list of K (one comparison for most entries), else a selection.
+  void Insert(T x, int64_t K) {  // into `top`, the K largest so far, sorted
+    const int64_t m = static_cast<int64_t>(top.size());
+    if (m == K && !(x > top[m - 1])) return;
+    if (m < K) top.push_back(x);
+    int64_t i = (m < K ? m : K - 1);
+    for (; i > 0 && top[i - 1] < x; --i) top[i] = top[i - 1];
+    top[i] = x;
+  }
   T TopK(const T* u, const char* eligible, int64_t K, int64_t N) {
     top.clear();
     if (K <= 0) return T(0);
     if (K <= 16) {
       top.reserve(K + 1);
-      for (int64_t j = 0; j < N; ++j) {
-        if (!eligible[j]) continue;
-        const T x = u[j] > T(0) ? u[j] : T(0);
-        const int64_t m = static_cast<int64_t>(top.size());
-        if (m == K && !(x > top[m - 1])) continue;
-        if (m < K) top.push_back(x);
-        int64_t i = (m < K ? m : K - 1);
-        for (; i > 0 && top[i - 1] < x; --i) top[i] = top[i - 1];
-        top[i] = x;
-      }
+      for (int64_t j = 0; j < N; ++j)
+        if (eligible[j]) Insert(u[j] > T(0) ? u[j] : T(0), K);
     } else {
       for (int64_t j = 0; j < N; ++j)
         if (eligible[j]) top.push_back(u[j] > T(0) ? u[j] : T(0));
@@ -399,6 +522,63 @@ struct GainBounder {
     for (const T x : top) total += x;
     return total;
   }
+
+  // TopK of z ≥ 0 with every candidate eligible (the same sum as TopK where an ineligible
+  // candidate is given as 0: zeros add nothing): for a small K, blocks of Vec<T>::kLanes none
+  // of which beats the K-th largest so far are passed over with one comparison.
+  T TopKOf(const T* z, int64_t K, int64_t N) {
+    using V = typename Vec<T>::type;
+    constexpr int64_t L = Vec<T>::kLanes;
+    if (K > 16) {
+      std::vector<char>& all = ones;
+      if (static_cast<int64_t>(all.size()) < N) all.assign(N, 1);
+      return TopK(z, all.data(), K, N);
+    }
+    if (K <= 0) return T(0);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same<T, float>::value) {
+      // The K largest in one register, sorted (lanes from K on stay 0): a value above the
+      // K-th goes in after the lanes above or equal to it, the lanes below shift down one.
+      const __m512i down = _mm512_set_epi32(14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0);
+      const __mmask16 first = static_cast<__mmask16>((1u << K) - 1);
+      __m512 t = _mm512_setzero_ps();
+      float kth = 0;
+      for (int64_t j0 = 0; j0 < N; j0 += L) {
+        const int64_t m = N - j0 < L ? N - j0 : L;
+        const __mmask16 in = static_cast<__mmask16>(m == L ? 0xffff : (1u << m) - 1);
+        uint32_t above = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, z + j0), _mm512_set1_ps(kth),
+                                                 _CMP_GT_OQ);
+        for (; above != 0; above &= above - 1) {
+          const float x = z[j0 + __builtin_ctz(above)];
+          if (!(x > kth)) continue;
+          const __m512 xv = _mm512_set1_ps(x);
+          const __mmask16 below = _mm512_mask_cmp_ps_mask(first, t, xv, _CMP_LT_OQ);
+          const __mmask16 at = below & ~static_cast<__mmask16>(below << 1);
+          t = _mm512_mask_permutexvar_ps(t, below & ~at, down, t);
+          t = _mm512_mask_mov_ps(t, at, xv);
+          kth = reinterpret_cast<const float*>(&t)[K - 1];
+        }
+      }
+      alignas(64) float v[16];
+      _mm512_store_ps(v, t);
+      T total = 0;
+      for (int64_t l = 0; l < K; ++l) total += v[l];
+      return total;
+    }
+#endif
+    top.clear();
+    top.reserve(K + 1);
+    for (int64_t j0 = 0; j0 < N; j0 += L) {
+      const int64_t e = j0 + L < N ? j0 + L : N;
+      if (static_cast<int64_t>(top.size()) == K && e - j0 == L && !AnyAbove(Load<V>(z + j0), top[K - 1]))
+        continue;
+      for (int64_t j = j0; j < e; ++j) Insert(z[j], K);
+    }
+    T total = 0;
+    for (const T x : top) total += x;
+    return total;
+  }
+  std::vector<char> ones;
 
   // *critical: the ratio at which the budget runs out (0 when everything fits): exactly the
   // items of at least that ratio and a positive gain are (partly) in the knapsack.
@@ -486,13 +666,15 @@ struct GainBounder {
 };
 
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
-// parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost.
+// parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost. S is the
+// candidate-major matrix; or, with SI (item-major, S unused), every step is dense and takes
+// all gains at once from SI (ItemMajorGains: the same gains, hence the same run).
 template <typename T, typename PFor>
-int32_t SolveOne(const Problem& pr, const T* S, uint16_t* H, const T* W, const bool* V, const float* C, float budget,
-                 T floor, bool parallel, int64_t threads, const PFor& pfor, int32_t* I, T* G, T* X,
-                 float* spent_out, T* bound_out) {
+int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const T* W, const bool* V,
+                 const float* C, float budget, T floor, bool parallel, int64_t threads, const PFor& pfor,
+                 int32_t* I, T* G, T* X, float* spent_out, T* bound_out) {
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
-  const bool weighted = pr.weighted, lazy = pr.lazy, ratio = pr.ratio && C != nullptr;
+  const bool weighted = pr.weighted, lazy = pr.lazy && SI == nullptr, ratio = pr.ratio && C != nullptr;
   const bool saturated = pr.saturated;
   constexpr T kInf = std::numeric_limits<T>::infinity();
   // Facility location: cover[q, i] = max_{j∈S} w_qj s_ji. Saturated coverage: best[i] =
@@ -545,7 +727,11 @@ int32_t SolveOne(const Problem& pr, const T* S, uint16_t* H, const T* W, const b
   std::vector<int32_t> bounded(half ? N : 0, -1);  // step at which H last bounded a candidate
   // Dense steps evaluate every eligible candidate, also those the spent budget excludes from
   // the pick, as jaxsel.greedy's XLA loop does: the certificate then has every current gain.
-  std::vector<T> last(lazy ? 0 : N, T(0));
+  std::vector<T> last(lazy ? 0 : N, T(0)), column(SI != nullptr ? N : 0);
+  // The direct dense steps without costs: the gains with ineligible candidates as 0 (zready:
+  // written this step), whose top K are the certificate's (GainBounder::TopKOf).
+  std::vector<T> zgain(SI != nullptr && C == nullptr ? N : 0);
+  bool zready = false;
   auto scan = [&](int64_t lo, int64_t hi) {
     Best<T> best;
     for (int64_t j = lo; j < hi; ++j) {
@@ -592,6 +778,40 @@ int32_t SolveOne(const Problem& pr, const T* S, uint16_t* H, const T* W, const b
   const int64_t parts = 4 * (threads + 1);
   auto dense_best = [&]() {
     Best<T> best;
+    if (SI != nullptr) {
+      ItemMajorGains<T>(SI, cover.data(), W, N, Q, weighted, saturated, last.data());
+      if (C == nullptr) {
+        // Without costs every eligible candidate is available and its criterion is its gain
+        // (≥ 0): the largest z, lowest index on ties, is scan's choice where it is above 0.
+        using Vv = typename Vec<T>::type;
+        constexpr int64_t L = Vec<T>::kLanes;
+        T* __restrict z = zgain.data();
+        const T* __restrict g = last.data();
+        const char* __restrict el = eligible.data();
+        for (int64_t j = 0; j < N; ++j) z[j] = el[j] ? g[j] : T(0);
+        Vv mx = {};
+        int64_t j = 0;
+        for (; j + L <= N; j += L) {
+          const Vv x = Load<Vv>(z + j);
+          mx = x > mx ? x : mx;
+        }
+        T top = 0;
+        for (int64_t l = 0; l < L; ++l) top = mx[l] > top ? mx[l] : top;
+        for (; j < N; ++j) top = z[j] > top ? z[j] : top;
+        zready = true;
+        if (top > T(0)) {
+          for (j = 0; z[j] != top; ++j) {
+          }
+          return Best<T>{top, j, top};
+        }
+      }
+      for (int64_t j = 0; j < N; ++j) {  // scan's choice, from the gains at hand
+        if (!eligible[j] || !avail[j] || !fits(j)) continue;
+        const T c = crit_of(last[j], j);
+        if (c > best.crit || best.j < 0) best = {c, j, last[j]};
+      }
+      return best;
+    }
     if (!parallel) return scan(0, N);
     std::vector<Best<T>> part(parts);
     pfor(parts, 1, [&](int64_t lo, int64_t hi) {
@@ -689,12 +909,19 @@ int32_t SolveOne(const Problem& pr, const T* S, uint16_t* H, const T* W, const b
     }
     // Lazy without costs: the heap holds exactly the eligible candidates, keyed by u, so its K
     // largest keys come from a walk down its top (O(K log K), largest first, as TopK sums them).
-    const T top = lazy && C == nullptr ? heap_top_k() : bounder.TopK(u, eligible.data(), K, N);
+    const T top = lazy && C == nullptr ? heap_top_k()
+                  : zready              ? bounder.TopKOf(zgain.data(), K, N)
+                                        : bounder.TopK(u, eligible.data(), K, N);
+    zready = false;
     adds = top < adds ? top : adds;
     bound = value + adds < bound ? value + adds : bound;
     if (best.j < 0 || best.gain < floor) break;
     const int64_t j = best.j;
     const T* row = S + j * N;
+    if (SI != nullptr) {  // candidate j's column
+      for (int64_t i = 0; i < N; ++i) column[i] = SI[i * N + j];
+      row = column.data();
+    }
     if (saturated) {
       for (int64_t i = 0; i < N; ++i) best_sim[i] = row[i] > best_sim[i] ? row[i] : best_sim[i];
       for (int64_t q = 0; q < Q; ++q) {
@@ -822,11 +1049,18 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   // Item-major input (rows[b, i, j] = s_ij: an objective built inside jit hands the kernel its
   // input as it came, so XLA makes no transposed copy of the batch): each problem is transposed
   // into a scratch buffer first, in cache for a small problem, and solved as candidate-major.
+  // Small item-major problems, one per thread, are solved straight from the input with dense
+  // steps (SolveOne's SI: every gain at once, a register top-K for the certificate): faster
+  // than a transpose and CELF's heap while K·N is small (bench/README.md, "direct item-major":
+  // 512 x 100, k = 10), and the same picks, gains and values; lazy then returns dense
+  // greedy's certificate, as jaxsel.greedy's XLA loop does on small problems.
+  constexpr int64_t kDirectMaxK = 16, kDirectMaxNK = 2048;
+  const bool direct = item_major && by_problem && (!lazy || (K <= kDirectMaxK && N * K <= kDirectMaxNK));
   std::vector<T> whole;  // one large problem's transpose, made on all threads
   if (item_major && !by_problem && batch.count > 0) whole.resize(N * N);
   auto matrix = [&](int64_t b) -> const T* {
     const T* src = rp + batch.Offset(b, rd, N * N);
-    if (!item_major) return src;
+    if (!item_major || direct) return src;
     if (!by_problem) {
       pfor(N, std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, N)),
            [&](int64_t lo, int64_t hi) { TransposeRows<T>(src, whole.data(), N, lo, hi); });
@@ -864,7 +1098,8 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   }
 #endif
   auto solve = [&](int64_t b) {
-    cp[b] = SolveOne<T>(pr, matrix(b), half, wp + batch.Offset(b, wd, weighted ? Q * N : 0),
+    const T* m = matrix(b);
+    cp[b] = SolveOne<T>(pr, direct ? nullptr : m, direct ? m : nullptr, half, wp + batch.Offset(b, wd, weighted ? Q * N : 0),
                         vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
                         bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
                         ip + b * K, gp + b * K, xp + b * K, sp + b, bp_out + b);
