@@ -278,88 +278,167 @@ inline T Sum(const T* __restrict x, int64_t n) {
 
 // Every candidate's gain at once from an item-major matrix M [N items, N candidates]
 // (M[i, j] = s_ij, as an objective built inside jit hands it over), Vec<T>::kLanes candidates
-// per vector: out[j] = Σ_q RowGain (or RowGainSat) of candidate j's column, bit for bit. Each
-// lane of a vector holds one candidate and takes the very terms RowGain takes for it, added
-// into the same accumulators (a0, a1 per RowGain lane l) in the same order and folded by
-// the same tree (Fold), so no transposed copy of M is needed. `levels` [Q, N]: saturated
-// coverage's r_qi, else the weights w_qj (ignored unless `weighted`).
-template <typename T, bool kWeighted, bool kSaturated, bool kFull>
-inline typename Vec<T>::type ItemMajorBlock(const T* __restrict M, const T* __restrict c, const T* __restrict r,
-                                            int64_t N, int64_t jb, int64_t m) {
-  using V = typename Vec<T>::type;
-  constexpr int64_t L = Vec<T>::kLanes, kFold = 16 / sizeof(T);
-  const V zero = {};
-  // RowGain's layout of a row of N: `pairs` blocks of 2L (first half a0, second a1), then
-  // one more full block (a0) where it fits, then the ragged tail (a1).
-  const int64_t pairs = N / (2 * L);
-  const bool extra = N - 2 * L * pairs >= L;
-  const int64_t tail = 2 * L * pairs + (extra ? L : 0);
-  const T* Mj = M + jb;
-  V wv = zero;
-  if constexpr (kWeighted && !kSaturated) wv = kFull ? Load<V>(r + jb) : LoadTail<T>(r + jb, m);
-  auto term = [&](int64_t i) {
-    const V x = kFull ? Load<V>(Mj + i * N) : LoadTail<T>(Mj + i * N, m);
-    const V cv = Splat<V>(c[i]);
-    V d;
-    if constexpr (kSaturated) {
-      const V rv = Splat<V>(r[i]);
-      d = (x < rv ? x : rv) - cv;
-    } else if constexpr (kWeighted) {
-      d = wv * x - cv;
-    } else {
-      d = x - cv;
-    }
-    return Relu(d);
-  };
-  alignas(64) V v[L];
-  for (int64_t l = 0; l < L; ++l) {
-    V a0 = zero, a1 = zero;
-    int64_t i = l;
-    for (int64_t p = 0; p < pairs; ++p, i += 2 * L) {
-      a0 += term(i);
-      a1 += term(i + L);
-    }
-    if (extra) a0 += term(i), i += L;
-    if (i < N) a1 += term(i);
-    v[l] = a0 + a1;
-  }
-  int64_t h = L;  // Fold: halve to 16 bytes of lanes, then add those in order from 0
-  while (h > kFold) {
-    h /= 2;
-    for (int64_t l = 0; l < h; ++l) v[l] = v[l] + v[l + h];
-  }
-  V sum = zero;
-  for (int64_t l = 0; l < h; ++l) sum += v[l];
-  return sum;
-}
-
-template <typename T, bool kWeighted, bool kSaturated>
-void ItemMajorGainsOf(const T* __restrict M, const T* __restrict cover, const T* __restrict levels, int64_t N,
-                      int64_t Q, T* __restrict out) {
-  using V = typename Vec<T>::type;
-  constexpr int64_t L = Vec<T>::kLanes;
-  int64_t jb = 0;
-  for (; jb + L <= N; jb += L) {
-    V g = {};
-    for (int64_t q = 0; q < Q; ++q)
-      g += ItemMajorBlock<T, kWeighted, kSaturated, true>(M, cover + q * N, levels + q * N, N, jb, L);
-    std::memcpy(out + jb, &g, sizeof(V));
-  }
-  if (jb < N) {
-    V g = {};
-    for (int64_t q = 0; q < Q; ++q)
-      g += ItemMajorBlock<T, kWeighted, kSaturated, false>(M, cover + q * N, levels + q * N, N, jb, N - jb);
-    for (int64_t l = 0; l < N - jb; ++l) out[jb + l] = g[l];
-  }
-}
-
+// per vector: Σ_q RowGain (or RowGainSat) of each candidate's column, bit for bit. Each lane
+// of a vector holds one candidate and takes the very terms RowGain takes for it, added into
+// the same accumulators (a0, a1 per RowGain lane l: 2L "slots") in the same order and folded
+// by the same tree (Fold), so no transposed copy of M is needed. The slot sums are kept
+// between the steps of one problem, and a step recomputes only the slots holding an item
+// whose cover changed (from scratch, in the same order: the same bits): after the first
+// picks most items keep their cover. `levels` [Q, N]: saturated coverage's r_qi, else the
+// weights w_qj (read when `weighted`).
 template <typename T>
-void ItemMajorGains(const T* M, const T* cover, const T* levels, int64_t N, int64_t Q, bool weighted,
-                    bool saturated, T* out) {
-  if (saturated) ItemMajorGainsOf<T, true, true>(M, cover, levels, N, Q, out);
-  else if (weighted) ItemMajorGainsOf<T, true, false>(M, cover, levels, N, Q, out);
-  else ItemMajorGainsOf<T, false, false>(M, cover, levels, N, Q, out);
-}
+struct ItemMajorGainer {
+  using V = typename Vec<T>::type;
+  static constexpr int64_t L = Vec<T>::kLanes, kFold = 16 / sizeof(T);
+  int64_t N = 0, Q = 0, blocks = 0, pairs = 0, tail = 0;
+  bool extra = false, started = false;
+  std::vector<V> sums;            // [Q, blocks, 2L] slot sums: a0 of lane l at l, a1 at L + l
+  std::vector<T> seen;            // [Q, N] the cover they were taken at
+  std::vector<uint64_t> dirty;    // [Q] bit s: slot s needs its sum again
+
+  ItemMajorGainer(int64_t n, int64_t q) : N(n), Q(q), blocks((n + L - 1) / L) {
+    // RowGain's layout of a row of N: `pairs` blocks of 2L (first half a0, second a1), then
+    // one more full block (a0) where it fits, then the ragged tail (a1).
+    pairs = N / (2 * L);
+    extra = N - 2 * L * pairs >= L;
+    tail = 2 * L * pairs + (extra ? L : 0);
+    sums.resize(Q * blocks * 2 * L);
+    seen.resize(Q * N);
+    dirty.assign(Q, 0);
+  }
+  int64_t Slot(int64_t i) const {
+    const bool a1 = i < 2 * L * pairs ? (i / L) % 2 == 1 : i >= tail;
+    return (a1 ? L : 0) + i % L;
+  }
+
+  template <bool kWeighted, bool kSaturated, bool kFull>
+  void Block(const T* __restrict M, const T* __restrict c, const T* __restrict r, int64_t jb, uint64_t todo,
+             V* __restrict slot, T* __restrict out, bool first) const {
+    const int64_t m = N - jb < L ? N - jb : L;  // candidates in this vector
+    const T* Mj = M + jb;
+    V wv = {};
+    if constexpr (kWeighted && !kSaturated) wv = kFull ? Load<V>(r + jb) : LoadTail<T>(r + jb, m);
+    auto term = [&](int64_t i) {
+      const V x = kFull ? Load<V>(Mj + i * N) : LoadTail<T>(Mj + i * N, m);
+      const V cv = Splat<V>(c[i]);
+      V d;
+      if constexpr (kSaturated) {
+        const V rv = Splat<V>(r[i]);
+        d = (x < rv ? x : rv) - cv;
+      } else if constexpr (kWeighted) {
+        d = wv * x - cv;
+      } else {
+        d = x - cv;
+      }
+      return Relu(d);
+    };
+    // A slot's sum: its items of the 2L-blocks in order, then its item of the extra block
+    // (a0) or of the tail (a1). Four slots at a time: four independent chains of adds.
+    auto last_term = [&](int64_t s, V& a) {
+      const int64_t l = s % L;
+      if (s < L) {
+        if (extra) a += term(2 * L * pairs + l);
+      } else if (tail + l < N) {
+        a += term(tail + l);
+      }
+    };
+    int64_t ids[2 * L], n = 0;
+    for (; todo != 0; todo &= todo - 1) ids[n++] = __builtin_ctzll(todo);
+    int64_t u = 0;
+    for (; u + 4 <= n; u += 4) {
+      V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      const int64_t s0 = ids[u], s1 = ids[u + 1], s2 = ids[u + 2], s3 = ids[u + 3];
+      int64_t i0 = s0 % L + (s0 >= L ? L : 0), i1 = s1 % L + (s1 >= L ? L : 0);
+      int64_t i2 = s2 % L + (s2 >= L ? L : 0), i3 = s3 % L + (s3 >= L ? L : 0);
+      for (int64_t p = 0; p < pairs; ++p, i0 += 2 * L, i1 += 2 * L, i2 += 2 * L, i3 += 2 * L) {
+        a0 += term(i0);
+        a1 += term(i1);
+        a2 += term(i2);
+        a3 += term(i3);
+      }
+      last_term(s0, a0), last_term(s1, a1), last_term(s2, a2), last_term(s3, a3);
+      slot[s0] = a0, slot[s1] = a1, slot[s2] = a2, slot[s3] = a3;
+    }
+    for (; u < n; ++u) {
+      const int64_t s = ids[u];
+      V a = {};
+      int64_t i = s % L + (s >= L ? L : 0);
+      for (int64_t p = 0; p < pairs; ++p, i += 2 * L) a += term(i);
+      last_term(s, a);
+      slot[s] = a;
+    }
+    V v[L];
+    for (int64_t l = 0; l < L; ++l) v[l] = slot[l] + slot[L + l];
+    int64_t h = L;  // Fold: halve to 16 bytes of lanes, then add those in order from 0
+    while (h > kFold) {
+      h /= 2;
+      for (int64_t l = 0; l < h; ++l) v[l] = v[l] + v[l + h];
+    }
+    V sum = {};
+    for (int64_t l = 0; l < h; ++l) sum += v[l];
+    if (!first) sum = Load<V>(out) + sum;  // Σ_q in order from q = 0, as gain(j) adds them
+    if (kFull) std::memcpy(out, &sum, sizeof(V));
+    else for (int64_t l = 0; l < m; ++l) out[l] = sum[l];
+  }
+
+  template <bool kWeighted, bool kSaturated>
+  void Run(const T* M, const T* cover, const T* levels, T* out) {
+    const uint64_t all = 2 * L == 64 ? ~uint64_t(0) : (uint64_t(1) << (2 * L)) - 1;
+    for (int64_t q = 0; q < Q; ++q) {
+      const T* c = cover + q * N;
+      T* seen_q = seen.data() + q * N;
+      if (!started) {
+        dirty[q] = all;
+      } else {
+        // Items in blocks of L share their accumulator: a block's changed items mark their
+        // lanes' slots of that accumulator at once.
+        for (int64_t i0 = 0; i0 < N; i0 += L) {
+          const int64_t m = N - i0 < L ? N - i0 : L;
+          uint64_t changed = 0;
+#if defined(__AVX512F__)
+          if constexpr (sizeof(V) == 64) {
+            const uint64_t in = m == L ? (uint64_t(1) << L) - 1 : (uint64_t(1) << m) - 1;
+            const V x = LoadTail<T>(c + i0, m), y = LoadTail<T>(seen_q + i0, m);
+            if constexpr (sizeof(T) == 4)
+              changed = _mm512_cmp_ps_mask(reinterpret_cast<const __m512&>(x), reinterpret_cast<const __m512&>(y),
+                                           _CMP_NEQ_UQ) & in;
+            else
+              changed = _mm512_cmp_pd_mask(reinterpret_cast<const __m512d&>(x), reinterpret_cast<const __m512d&>(y),
+                                           _CMP_NEQ_UQ) & in;
+          } else
+#endif
+          {
+            for (int64_t l = 0; l < m; ++l) changed |= uint64_t(c[i0 + l] != seen_q[i0 + l]) << l;
+          }
+          if (changed) dirty[q] |= changed << (Slot(i0) >= L ? L : 0);
+        }
+      }
+      std::memcpy(seen_q, c, N * sizeof(T));
+    }
+    started = true;
+    alignas(64) T padded[L];
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t jb = b * L;
+      const bool full = jb + L <= N;
+      for (int64_t q = 0; q < Q; ++q) {
+        V* slot = sums.data() + (q * blocks + b) * 2 * L;
+        const T* c = cover + q * N;
+        const T* r = levels + q * N;
+        T* o = full ? out + jb : padded;
+        if (full) Block<kWeighted, kSaturated, true>(M, c, r, jb, dirty[q], slot, o, q == 0);
+        else Block<kWeighted, kSaturated, false>(M, c, r, jb, dirty[q], slot, o, q == 0);
+        if (!full && q == Q - 1) std::memcpy(out + jb, padded, (N - jb) * sizeof(T));
+      }
+    }
+    for (int64_t q = 0; q < Q; ++q) dirty[q] = 0;
+  }
+
+  void Gains(const T* M, const T* cover, const T* levels, bool weighted, bool saturated, T* out) {
+    if (saturated) Run<true, true>(M, cover, levels, out);
+    else if (weighted) Run<true, false>(M, cover, levels, out);
+    else Run<false, false>(M, cover, levels, out);
+  }
+};
 
 struct Batch {
   // The leading (vmap) axes of an output with `nb` of them, and their element count.
@@ -525,8 +604,9 @@ struct GainBounder {
 
   // TopK of z ≥ 0 with every candidate eligible (the same sum as TopK where an ineligible
   // candidate is given as 0: zeros add nothing): for a small K, blocks of Vec<T>::kLanes none
-  // of which beats the K-th largest so far are passed over with one comparison.
-  T TopKOf(const T* z, int64_t K, int64_t N) {
+  // of which beats the K-th largest so far are passed over with one comparison. z is
+  // scratch: it may be changed.
+  T TopKOf(T* z, int64_t K, int64_t N) {
     using V = typename Vec<T>::type;
     constexpr int64_t L = Vec<T>::kLanes;
     if (K > 16) {
@@ -539,28 +619,47 @@ struct GainBounder {
     if constexpr (std::is_same<T, float>::value) {
       // The K largest in one register, sorted (lanes from K on stay 0): a value above the
       // K-th goes in after the lanes above or equal to it, the lanes below shift down one.
+      // The indices ride along (ti); the last call's top K go in first (and are zeroed in
+      // z, which is scratch), so that the K-th is high early and most blocks are passed over:
+      // greedy's gains change little from one step to the next.
       const __m512i down = _mm512_set_epi32(14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0);
       const __mmask16 first = static_cast<__mmask16>((1u << K) - 1);
       __m512 t = _mm512_setzero_ps();
+      __m512i ti = _mm512_setzero_si512();
       float kth = 0;
+      auto insert = [&](float x, int32_t j) {
+        const __m512 xv = _mm512_set1_ps(x);
+        const __mmask16 below = _mm512_mask_cmp_ps_mask(first, t, xv, _CMP_LT_OQ);
+        const __mmask16 at = below & ~static_cast<__mmask16>(below << 1);
+        t = _mm512_mask_permutexvar_ps(t, below & ~at, down, t);
+        t = _mm512_mask_mov_ps(t, at, xv);
+        ti = _mm512_mask_permutexvar_epi32(ti, below & ~at, down, ti);
+        ti = _mm512_mask_mov_epi32(ti, at, _mm512_set1_epi32(j));
+        kth = reinterpret_cast<const float*>(&t)[K - 1];
+      };
+      for (const int32_t j : seeds) {
+        if (j >= N) continue;
+        const float x = z[j];
+        z[j] = 0;
+        if (x > kth) insert(x, j);
+      }
       for (int64_t j0 = 0; j0 < N; j0 += L) {
         const int64_t m = N - j0 < L ? N - j0 : L;
         const __mmask16 in = static_cast<__mmask16>(m == L ? 0xffff : (1u << m) - 1);
         uint32_t above = _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, z + j0), _mm512_set1_ps(kth),
                                                  _CMP_GT_OQ);
         for (; above != 0; above &= above - 1) {
-          const float x = z[j0 + __builtin_ctz(above)];
-          if (!(x > kth)) continue;
-          const __m512 xv = _mm512_set1_ps(x);
-          const __mmask16 below = _mm512_mask_cmp_ps_mask(first, t, xv, _CMP_LT_OQ);
-          const __mmask16 at = below & ~static_cast<__mmask16>(below << 1);
-          t = _mm512_mask_permutexvar_ps(t, below & ~at, down, t);
-          t = _mm512_mask_mov_ps(t, at, xv);
-          kth = reinterpret_cast<const float*>(&t)[K - 1];
+          const int64_t j = j0 + __builtin_ctz(above);
+          if (z[j] > kth) insert(z[j], static_cast<int32_t>(j));
         }
       }
       alignas(64) float v[16];
+      alignas(64) int32_t vi[16];
       _mm512_store_ps(v, t);
+      _mm512_store_si512(vi, ti);
+      seeds.clear();
+      for (int64_t l = 0; l < K; ++l)
+        if (v[l] > 0) seeds.push_back(vi[l]);
       T total = 0;
       for (int64_t l = 0; l < K; ++l) total += v[l];
       return total;
@@ -579,6 +678,7 @@ struct GainBounder {
     return total;
   }
   std::vector<char> ones;
+  std::vector<int32_t> seeds;  // TopKOf's last top K (AVX-512 float), tried first next time
 
   // *critical: the ratio at which the budget runs out (0 when everything fits): exactly the
   // items of at least that ratio and a positive gain are (partly) in the knapsack.
@@ -731,6 +831,8 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
   // The direct dense steps without costs: the gains with ineligible candidates as 0 (zready:
   // written this step), whose top K are the certificate's (GainBounder::TopKOf).
   std::vector<T> zgain(SI != nullptr && C == nullptr ? N : 0);
+  std::unique_ptr<ItemMajorGainer<T>> item_major;
+  if (SI != nullptr) item_major.reset(new ItemMajorGainer<T>(N, Q));
   bool zready = false;
   auto scan = [&](int64_t lo, int64_t hi) {
     Best<T> best;
@@ -779,7 +881,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
   auto dense_best = [&]() {
     Best<T> best;
     if (SI != nullptr) {
-      ItemMajorGains<T>(SI, cover.data(), W, N, Q, weighted, saturated, last.data());
+      item_major->Gains(SI, cover.data(), W, weighted, saturated, last.data());
       if (C == nullptr) {
         // Without costs every eligible candidate is available and its criterion is its gain
         // (≥ 0): the largest z, lowest index on ties, is scan's choice where it is above 0.
