@@ -296,14 +296,18 @@ struct ItemMajorGainer {
   std::vector<T> seen;            // [Q, N] the cover they were taken at
   std::vector<uint64_t> dirty;    // [Q] bit s: slot s needs its sum again
 
-  ItemMajorGainer(int64_t n, int64_t q) : N(n), Q(q), blocks((n + L - 1) / L) {
+  // For a new problem (the buffers are kept: a thread solves many problems of one size; the
+  // first step writes every slot before any is read).
+  void Reset(int64_t n, int64_t q) {
+    N = n, Q = q, blocks = (n + L - 1) / L;
     // RowGain's layout of a row of N: `pairs` blocks of 2L (first half a0, second a1), then
     // one more full block (a0) where it fits, then the ragged tail (a1).
     pairs = N / (2 * L);
     extra = N - 2 * L * pairs >= L;
     tail = 2 * L * pairs + (extra ? L : 0);
-    sums.resize(Q * blocks * 2 * L);
-    seen.resize(Q * N);
+    started = false;
+    if (static_cast<int64_t>(sums.size()) < Q * blocks * 2 * L) sums.resize(Q * blocks * 2 * L);
+    if (static_cast<int64_t>(seen.size()) < Q * N) seen.resize(Q * N);
     dirty.assign(Q, 0);
   }
   int64_t Slot(int64_t i) const {
@@ -831,8 +835,9 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
   // The direct dense steps without costs: the gains with ineligible candidates as 0 (zready:
   // written this step), whose top K are the certificate's (GainBounder::TopKOf).
   std::vector<T> zgain(SI != nullptr && C == nullptr ? N : 0);
-  std::unique_ptr<ItemMajorGainer<T>> item_major;
-  if (SI != nullptr) item_major.reset(new ItemMajorGainer<T>(N, Q));
+  thread_local ItemMajorGainer<T> item_major_kept;
+  ItemMajorGainer<T>* item_major = SI != nullptr ? &item_major_kept : nullptr;
+  if (item_major != nullptr) item_major->Reset(N, Q);
   bool zready = false;
   auto scan = [&](int64_t lo, int64_t hi) {
     Best<T> best;
@@ -1155,7 +1160,9 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   // steps (SolveOne's SI: every gain at once, a register top-K for the certificate): faster
   // than a transpose and CELF's heap while K·N is small (bench/README.md, "direct item-major":
   // 512 x 100, k = 10), and the same picks, gains and values; lazy then returns dense
-  // greedy's certificate, as jaxsel.greedy's XLA loop does on small problems.
+  // greedy's certificate, as jaxsel.greedy's XLA loop does on small problems. Dense runs of
+  // problems solved one per thread always take them: at N = 512-1024 they measured faster
+  // than a transpose into scratch too.
   constexpr int64_t kDirectMaxK = 16, kDirectMaxNK = 2048;
   const bool direct = item_major && by_problem && (!lazy || (K <= kDirectMaxK && N * K <= kDirectMaxNK));
   std::vector<T> whole;  // one large problem's transpose, made on all threads
