@@ -795,13 +795,19 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
     const float c = C[j];
     return c > 0 ? g / static_cast<T>(c) : (g > 0 ? kInf : T(0));
   };
-  auto gain = [&](int64_t j) {
-    const T* row = S + j * N;
+  // Σ_q RowGain of candidate j's row: of T, or of float16 (the half bounds below).
+  auto cover_gain = [&](const auto* row, int64_t j) {
     T g = 0;
     for (int64_t q = 0; q < Q; ++q)
-      g += saturated ? RowGainSat<T>(row, W + q * N, cover.data() + q * N, N)
-           : weighted ? RowGain<T, true>(row, cover.data() + q * N, W[q * N + j], N)
-                      : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
+      g += weighted ? RowGain<T, true>(row, cover.data() + q * N, W[q * N + j], N)
+                    : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
+    return g;
+  };
+  auto gain = [&](int64_t j) {
+    const T* row = S + j * N;
+    if (!saturated) return cover_gain(row, j);
+    T g = 0;
+    for (int64_t q = 0; q < Q; ++q) g += RowGainSat<T>(row, W + q * N, cover.data() + q * N, N);
     return g;
   };
   // Lazy steps on a large float32 problem get `H` [N, N], scratch for each candidate row
@@ -812,14 +818,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
   const bool half = H != nullptr && lazy && !saturated;
   auto half_bound = [&](int64_t j) -> T {
 #if defined(JAXSEL_HALF_BOUNDS)
-    if constexpr (std::is_same<T, float>::value) {
-      const uint16_t* h = H + j * N;
-      T g = 0;
-      for (int64_t q = 0; q < Q; ++q)
-        g += weighted ? RowGain<T, true>(h, cover.data() + q * N, W[q * N + j], N)
-                      : RowGain<T, false>(h, cover.data() + q * N, T(1), N);
-      return g;
-    }
+    if constexpr (std::is_same<T, float>::value) return cover_gain(H + j * N, j);
 #endif
     return kInf;
   };
