@@ -575,8 +575,6 @@ struct GainBounder {
     return c > 0 ? g / static_cast<T>(c) : (g > 0 ? std::numeric_limits<T>::infinity() : T(0));
   }
 
-  // Summed largest first, so the value does not depend on how they were found: for a small K
-  // by insertion into a sorted list of K (one comparison for most entries), else a selection.
   void Insert(T x, int64_t K) {  // into `top`, the K largest so far, sorted
     const int64_t m = static_cast<int64_t>(top.size());
     if (m == K && !(x > top[m - 1])) return;
@@ -585,6 +583,8 @@ struct GainBounder {
     for (; i > 0 && top[i - 1] < x; --i) top[i] = top[i - 1];
     top[i] = x;
   }
+  // Summed largest first, so the value does not depend on how they were found: for a small K
+  // by insertion into a sorted list of K (one comparison for most entries), else a selection.
   T TopK(const T* u, const char* eligible, int64_t K, int64_t N) {
     top.clear();
     if (K <= 0) return T(0);
@@ -772,7 +772,7 @@ struct GainBounder {
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
 // parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost. S is the
 // candidate-major matrix; or, with SI (item-major, S unused), every step is dense and takes
-// all gains at once from SI (ItemMajorGains: the same gains, hence the same run).
+// all gains at once from SI (ItemMajorGainer: the same gains, hence the same run).
 template <typename T, typename PFor>
 int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const T* W, const bool* V,
                  const float* C, float budget, T floor, bool parallel, int64_t threads, const PFor& pfor,
@@ -1153,9 +1153,9 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   const bool by_problem = batch.count >= 2 * threads || N * N * Q < (int64_t(1) << 18);
   auto pfor = [&](int64_t total, int64_t grain, const auto& fn) { ParallelFor(pool, total, grain, fn); };
   // Item-major input (rows[b, i, j] = s_ij: an objective built inside jit hands the kernel its
-  // input as it came, so XLA makes no transposed copy of the batch): each problem is transposed
-  // into a scratch buffer first, in cache for a small problem, and solved as candidate-major.
-  // Small item-major problems, one per thread, are solved straight from the input with dense
+  // input as it came, so XLA makes no transposed copy of the batch): one large problem, or a
+  // lazy run outside the rule below, is transposed into a scratch buffer first (in cache for a
+  // small problem) and solved as candidate-major. Small item-major problems, one per thread, are solved straight from the input with dense
   // steps (SolveOne's SI: every gain at once, a register top-K for the certificate): faster
   // than a transpose and CELF's heap while K·N is small (bench/README.md, "direct item-major":
   // 512 x 100, k = 10), and the same picks, gains and values; lazy then returns dense
