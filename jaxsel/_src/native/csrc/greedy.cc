@@ -838,11 +838,13 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
   ItemMajorGainer<T>* item_major = SI != nullptr ? &item_major_kept : nullptr;
   if (item_major != nullptr) item_major->Reset(N, Q);
   bool zready = false;
-  auto scan = [&](int64_t lo, int64_t hi) {
+  // The dense choice over [lo, hi): each eligible candidate's gain evaluated into last[j], or
+  // with `given` read from there (the direct item-major steps write every gain first).
+  auto scan = [&](int64_t lo, int64_t hi, bool given = false) {
     Best<T> best;
     for (int64_t j = lo; j < hi; ++j) {
       if (!eligible[j]) continue;
-      const T g = gain(j), c = crit_of(g, j);
+      const T g = given ? last[j] : gain(j), c = crit_of(g, j);
       last[j] = g;
       if (!avail[j] || !fits(j)) continue;
       if (c > best.crit || best.j < 0) best = {c, j, g};
@@ -911,12 +913,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
           return Best<T>{top, j, top};
         }
       }
-      for (int64_t j = 0; j < N; ++j) {  // scan's choice, from the gains at hand
-        if (!eligible[j] || !avail[j] || !fits(j)) continue;
-        const T c = crit_of(last[j], j);
-        if (c > best.crit || best.j < 0) best = {c, j, last[j]};
-      }
-      return best;
+      return scan(0, N, true);
     }
     if (!parallel) return scan(0, N);
     std::vector<Best<T>> part(parts);
