@@ -61,8 +61,9 @@ def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentione
   """A `Request` from embeddings: `query_emb` `[Q, D]`, `passage_emb` `[N, D]` (asymmetric
   passage prompt), `sym_emb` `[N, D]` (symmetric; default `passage_emb`); the text signals
   (`links`, `mentioned`, `entities`, and the lexical `overlap`, `covered`, `shared` from
-  `text_signals`) default to zeros and `groups` to one group per passage. With `dense=False` no `[N, N]` similarity is built (the matrix-free
-  objectives recompute it in blocks). Works under `jit` and `vmap`."""
+  `text_signals`) default to zeros and `groups` to one group per passage. With `dense=False`
+  no `[N, N]` similarity is built (the matrix-free objectives recompute it in blocks). Works
+  under `jit` and `vmap`."""
   sym_emb = passage_emb if sym_emb is None else sym_emb
   n = passage_emb.shape[-2]
   valid = jnp.ones((n,), bool) if valid is None else jnp.asarray(valid, bool)

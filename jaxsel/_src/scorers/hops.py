@@ -106,21 +106,27 @@ def _rank_along_rows(x: Array, valid: Array) -> Array:
   return jnp.minimum(rank, RANK_CLIP)
 
 
+def _on_valid(x, valid) -> Array:
+  """`[N]` x on valid candidates and 0 elsewhere; all 0 where x is None (a signal not given)."""
+  return jnp.where(valid, jnp.zeros(valid.shape, jnp.float32) if x is None else x, 0.0)
+
+
+def _gap_and_rank(x: Array, valid: Array) -> tuple:
+  """(x − its best valid value, its rank among the valid candidates / RANK_SCALE) of `[N]` x."""
+  top = jnp.max(jnp.where(valid, x, -jnp.inf))
+  return x - top, _rank_along_rows(x[None, :], valid[None, :])[0] / RANK_SCALE
+
+
 def unary_features(relevance, similarity, mentioned, costs, valid, *, overlap=None) -> Array:
   """`[N, len(UNARY_FEATURES)]` float32 features of each candidate (zero rows on invalid ones);
   `overlap` `[N]` (`bridge.lexical_signals`; default zeros)."""
   v = valid.astype(jnp.float32)
-  n = relevance.shape[-1]
-  ov = jnp.where(valid, jnp.zeros((n,), jnp.float32) if overlap is None else overlap, 0.0)
-  ov_top = jnp.max(jnp.where(valid, ov, -jnp.inf))
-  ov_rank = _rank_along_rows(ov[None, :], valid[None, :])[0]
-  rel = jnp.where(valid, relevance, 0.0)
-  top = jnp.max(jnp.where(valid, rel, -jnp.inf))
-  rank = _rank_along_rows(rel[None, :], valid[None, :])[0]
+  ov = _on_valid(overlap, valid)
+  rel = _on_valid(relevance, valid)
   r2 = reformulated_relevance(rel, similarity, valid)
   best2 = jnp.max(r2, axis=0)
-  f = jnp.stack([rel, rel - top, rank / RANK_SCALE, best2, best2 - rel, mentioned,
-                 costs / COST_SCALE, ov, ov - ov_top, ov_rank / RANK_SCALE], axis=-1)
+  f = jnp.stack([rel, *_gap_and_rank(rel, valid), best2, best2 - rel, mentioned,
+                 costs / COST_SCALE, ov, *_gap_and_rank(ov, valid)], axis=-1)
   return f * v[:, None]
 
 
@@ -130,12 +136,12 @@ def pair_features(relevance, similarity, links, entities, valid, *, overlap=None
   `overlap` `[N]`, `covered` and `shared` `[N, N]` from `bridge.lexical_signals` (default zeros)."""
   n = relevance.shape[-1]
   zeros = jnp.zeros((n, n), jnp.float32)
-  ov = jnp.where(valid, jnp.zeros((n,), jnp.float32) if overlap is None else overlap, 0.0)
+  ov = _on_valid(overlap, valid)
   cov = zeros if covered is None else covered
   sh = zeros if shared is None else shared
   v = valid.astype(jnp.float32)
   row_valid = valid[None, :] & valid[:, None] & ~jnp.eye(n, dtype=bool)
-  rel = jnp.where(valid, relevance, 0.0)
+  rel = _on_valid(relevance, valid)
   top = jnp.max(jnp.where(valid, rel, -jnp.inf))
   r2 = reformulated_relevance(rel, similarity, valid)
   row_top = jnp.max(jnp.where(row_valid, r2, -jnp.inf), axis=1, keepdims=True)
