@@ -316,8 +316,8 @@ struct ItemMajorGainer {
   }
 
   template <bool kWeighted, bool kSaturated, bool kFull>
-  void Block(const T* __restrict M, const T* __restrict c, const T* __restrict r, int64_t jb, uint64_t todo,
-             V* __restrict slot, T* __restrict out, bool first) const {
+  void Recompute(const T* __restrict M, const T* __restrict c, const T* __restrict r, int64_t jb, uint64_t todo,
+                 V* __restrict slot) const {
     const int64_t m = N - jb < L ? N - jb : L;  // candidates in this vector
     const T* Mj = M + jb;
     V wv = {};
@@ -371,6 +371,12 @@ struct ItemMajorGainer {
       last_term(s, a);
       slot[s] = a;
     }
+  }
+
+  // A block's gains from its slot sums: RowGain's fold (a0 + a1, then Fold's tree), added to
+  // the gains of the queries before (Σ_q in order from q = 0, as gain(j) adds them).
+  template <bool kFull>
+  void Finish(const V* __restrict slot, T* __restrict out, int64_t m, bool first) const {
     V v[L];
     for (int64_t l = 0; l < L; ++l) v[l] = slot[l] + slot[L + l];
     int64_t h = L;  // Fold: halve to 16 bytes of lanes, then add those in order from 0
@@ -380,10 +386,42 @@ struct ItemMajorGainer {
     }
     V sum = {};
     for (int64_t l = 0; l < h; ++l) sum += v[l];
-    if (!first) sum = Load<V>(out) + sum;  // Σ_q in order from q = 0, as gain(j) adds them
+    if (!first) sum = Load<V>(out) + sum;
     if (kFull) std::memcpy(out, &sum, sizeof(V));
     else for (int64_t l = 0; l < m; ++l) out[l] = sum[l];
   }
+
+
+  // Every slot of every block from scratch, the rows of M read in order (the first step: M
+  // comes from memory once, in the order the hardware prefetches): each slot still adds its
+  // items in increasing order from zero, as Recompute does, so the sums are the same bits.
+  template <bool kWeighted, bool kSaturated>
+  void Stream(const T* __restrict M, const T* __restrict c, const T* __restrict r, V* __restrict sums) {
+    const int64_t full = N / L, m = N - full * L;
+    std::memset(static_cast<void*>(sums), 0, blocks * 2 * L * sizeof(V));
+    if constexpr (kWeighted && !kSaturated) {
+      weights.resize(blocks);
+      for (int64_t b = 0; b < full; ++b) weights[b] = Load<V>(r + b * L);
+      if (m) weights[full] = LoadTail<T>(r + full * L, m);
+    }
+    for (int64_t i = 0; i < N; ++i) {
+      const T* __restrict row = M + i * N;
+      const V cv = Splat<V>(c[i]);
+      V rv = {};
+      if constexpr (kSaturated) rv = Splat<V>(r[i]);
+      V* __restrict slot = sums + Slot(i);
+      auto add = [&](int64_t b, V x) {
+        V d;
+        if constexpr (kSaturated) d = (x < rv ? x : rv) - cv;
+        else if constexpr (kWeighted) d = weights[b] * x - cv;
+        else d = x - cv;
+        slot[b * 2 * L] += Relu(d);
+      };
+      for (int64_t b = 0; b < full; ++b) add(b, Load<V>(row + b * L));
+      if (m) add(full, LoadTail<T>(row + full * L, m));
+    }
+  }
+  std::vector<V> weights;  // Stream's w_qj, one vector per block
 
   template <bool kWeighted, bool kSaturated>
   void Run(const T* M, const T* cover, const T* levels, T* out) {
@@ -420,6 +458,8 @@ struct ItemMajorGainer {
       std::memcpy(seen_q, c, N * sizeof(T));
     }
     started = true;
+    for (int64_t q = 0; q < Q; ++q)
+      if (dirty[q] == all) Stream<kWeighted, kSaturated>(M, cover + q * N, levels + q * N, sums.data() + q * blocks * 2 * L);
     alignas(64) T padded[L];
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t jb = b * L;
@@ -429,8 +469,12 @@ struct ItemMajorGainer {
         const T* c = cover + q * N;
         const T* r = levels + q * N;
         T* o = full ? out + jb : padded;
-        if (full) Block<kWeighted, kSaturated, true>(M, c, r, jb, dirty[q], slot, o, q == 0);
-        else Block<kWeighted, kSaturated, false>(M, c, r, jb, dirty[q], slot, o, q == 0);
+        if (dirty[q] != all) {
+          if (full) Recompute<kWeighted, kSaturated, true>(M, c, r, jb, dirty[q], slot);
+          else Recompute<kWeighted, kSaturated, false>(M, c, r, jb, dirty[q], slot);
+        }
+        if (full) Finish<true>(slot, o, L, q == 0);
+        else Finish<false>(slot, o, N - jb, q == 0);
         if (!full && q == Q - 1) std::memcpy(out + jb, padded, (N - jb) * sizeof(T));
       }
     }
@@ -628,6 +672,7 @@ struct GainBounder {
       // greedy's gains change little from one step to the next.
       const __m512i down = _mm512_set_epi32(14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0);
       const __mmask16 first = static_cast<__mmask16>((1u << K) - 1);
+      const __m512i last = _mm512_set1_epi32(static_cast<int32_t>(K - 1));
       __m512 t = _mm512_setzero_ps();
       __m512i ti = _mm512_setzero_si512();
       float kth = 0;
@@ -639,7 +684,7 @@ struct GainBounder {
         t = _mm512_mask_mov_ps(t, at, xv);
         ti = _mm512_mask_permutexvar_epi32(ti, below & ~at, down, ti);
         ti = _mm512_mask_mov_epi32(ti, at, _mm512_set1_epi32(j));
-        kth = reinterpret_cast<const float*>(&t)[K - 1];
+        kth = _mm512_cvtss_f32(_mm512_permutexvar_ps(last, t));  // in registers: no store-forward stall
       };
       for (const int32_t j : seeds) {
         if (j >= N) continue;
@@ -772,11 +817,12 @@ struct GainBounder {
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
 // parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost. S is the
 // candidate-major matrix; or, with SI (item-major, S unused), every step is dense and takes
-// all gains at once from SI (ItemMajorGainer: the same gains, hence the same run).
+// all gains at once from SI (ItemMajorGainer: the same gains, hence the same run). `next`, if
+// given, is the matrix this thread solves next, fetched into the cache meanwhile.
 template <typename T, typename PFor>
 int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const T* W, const bool* V,
                  const float* C, float budget, T floor, bool parallel, int64_t threads, const PFor& pfor,
-                 int32_t* I, T* G, T* X, float* spent_out, T* bound_out) {
+                 int32_t* I, T* G, T* X, float* spent_out, T* bound_out, const T* next = nullptr) {
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
   const bool weighted = pr.weighted, lazy = pr.lazy && SI == nullptr, ratio = pr.ratio && C != nullptr;
   const bool saturated = pr.saturated;
@@ -949,6 +995,13 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint16_t* H, const 
     Best<T> best;
     if (!lazy) {
       best = dense_best();
+      // The thread's next problem (`next`, small: see Greedy) into the cache, a share after
+      // each step but the last: its first step then reads it from there.
+      if (next != nullptr && step < K - 1) {
+        const int64_t lines = (N * N * int64_t(sizeof(T)) + 63) / 64, per = (lines + K - 2) / (K - 1);
+        const char* base = reinterpret_cast<const char*>(next);
+        for (int64_t l = step * per; l < lines && l < (step + 1) * per; ++l) __builtin_prefetch(base + 64 * l, 0, 2);
+      }
     } else {
       if (step == 0) {
         fresh.assign(N, T(0));
@@ -1161,6 +1214,10 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   // than a transpose into scratch too.
   constexpr int64_t kDirectMaxK = 16, kDirectMaxNK = 2048;
   const bool direct = item_major && by_problem && (!lazy || (K <= kDirectMaxK && N * K <= kDirectMaxNK));
+  // Direct problems that fit a core's cache twice over are fetched ahead, while the one
+  // before is solved (SolveOne's `next`): measured 7% faster on 512 x 100 (bench/README).
+  constexpr int64_t kPrefetchMaxBytes = int64_t(256) << 10;
+  const bool prefetch = direct && N * N * int64_t(sizeof(T)) <= kPrefetchMaxBytes;
   std::vector<T> whole;  // one large problem's transpose, made on all threads
   if (item_major && !by_problem && batch.count > 0) whole.resize(N * N);
   auto matrix = [&](int64_t b) -> const T* {
@@ -1202,16 +1259,16 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
     }  // out of memory: half stays null, and the solve runs without the bounds
   }
 #endif
-  auto solve = [&](int64_t b) {
+  auto solve = [&](int64_t b, const T* next = nullptr) {
     const T* m = matrix(b);
     cp[b] = SolveOne<T>(pr, direct ? nullptr : m, direct ? m : nullptr, half, wp + batch.Offset(b, wd, weighted ? Q * N : 0),
                         vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
                         bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
-                        ip + b * K, gp + b * K, xp + b * K, sp + b, bp_out + b);
+                        ip + b * K, gp + b * K, xp + b * K, sp + b, bp_out + b, next);
   };
   if (by_problem) {
     ParallelFor(pool, batch.count, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t b = lo; b < hi; ++b) solve(b);
+      for (int64_t b = lo; b < hi; ++b) solve(b, prefetch && b + 1 < hi ? rp + batch.Offset(b + 1, rd, N * N) : nullptr);
     });
   } else {
     for (int64_t b = 0; b < batch.count; ++b) solve(b);
