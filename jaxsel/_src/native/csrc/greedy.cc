@@ -391,7 +391,6 @@ struct ItemMajorGainer {
     else for (int64_t l = 0; l < m; ++l) out[l] = sum[l];
   }
 
-
   // Every slot of every block from scratch, the rows of M read in order (the first step: M
   // comes from memory once, in the order the hardware prefetches): each slot still adds its
   // items in increasing order from zero, as Recompute does, so the sums are the same bits.
