@@ -124,6 +124,15 @@ def test_select_many_equals_select_with_the_real_minilm(minilm):
     many = pipe.select_many(requests, budget=192)
     for got, (q, docs) in zip(many, requests):
       one = pipe.select(q, docs, budget=192)
+      assert got.cost == one.cost <= 192 and got.candidates == one.candidates
+      if method == "corag" and not np.array_equal(got.indices, one.indices):
+        # `select_many` embeds the requests' texts in one batch, `select` request by request:
+        # the embeddings differ in their last bits (XLA's reductions follow the padded batch
+        # shape; seen on an AMD EPYC host, with this session's kernels and the previous ones),
+        # and two orders of one set whose totals agree to rounding may then swap in the search
+        # (seen: [15, 12, 16, 17, 3] against [15, 16, 12, 17, 3]). The same set, the same total.
+        np.testing.assert_array_equal(np.sort(got.indices), np.sort(one.indices))
+        np.testing.assert_allclose(np.sum(got.gains), np.sum(one.gains), rtol=1e-5, atol=1e-6)
+        continue
       np.testing.assert_array_equal(got.indices, one.indices)
       np.testing.assert_allclose(got.gains, one.gains, rtol=1e-5, atol=1e-6)
-      assert got.cost == one.cost <= 192 and got.candidates == one.candidates
