@@ -315,6 +315,17 @@ struct ItemMajorGainer {
     return (a1 ? L : 0) + i % L;
   }
 
+  // One item's term for a vector of candidates x (their entries s_ij): max(0, x − c_i), with
+  // x weighted by the candidates' w_qj (`level`) or capped at r_qi (`level`, saturated).
+  template <bool kWeighted, bool kSaturated>
+  static V Term(V x, V cv, V level) {
+    V d;
+    if constexpr (kSaturated) d = (x < level ? x : level) - cv;
+    else if constexpr (kWeighted) d = level * x - cv;
+    else d = x - cv;
+    return Relu(d);
+  }
+
   template <bool kWeighted, bool kSaturated, bool kFull>
   void Recompute(const T* __restrict M, const T* __restrict c, const T* __restrict r, int64_t jb, uint64_t todo,
                  V* __restrict slot) const {
@@ -324,17 +335,7 @@ struct ItemMajorGainer {
     if constexpr (kWeighted && !kSaturated) wv = kFull ? Load<V>(r + jb) : LoadTail<T>(r + jb, m);
     auto term = [&](int64_t i) {
       const V x = kFull ? Load<V>(Mj + i * N) : LoadTail<T>(Mj + i * N, m);
-      const V cv = Splat<V>(c[i]);
-      V d;
-      if constexpr (kSaturated) {
-        const V rv = Splat<V>(r[i]);
-        d = (x < rv ? x : rv) - cv;
-      } else if constexpr (kWeighted) {
-        d = wv * x - cv;
-      } else {
-        d = x - cv;
-      }
-      return Relu(d);
+      return Term<kWeighted, kSaturated>(x, Splat<V>(c[i]), kSaturated ? Splat<V>(r[i]) : wv);
     };
     // A slot's sum: its items of the 2L-blocks in order, then its item of the extra block
     // (a0) or of the tail (a1). Four slots at a time: four independent chains of adds.
@@ -413,34 +414,21 @@ struct ItemMajorGainer {
       const bool two = i < paired && i + 2 * L < paired;
       const T* __restrict row = M + i * N;
       const T* __restrict row2 = two ? row + 2 * L * N : row;
-      const V cv = Splat<V>(c[i]), cv2 = Splat<V>(c[two ? i + 2 * L : i]);
+      const int64_t i2 = two ? i + 2 * L : i;
+      const V cv = Splat<V>(c[i]), cv2 = Splat<V>(c[i2]);
       V rv = {}, rv2 = {};
-      if constexpr (kSaturated) rv = Splat<V>(r[i]), rv2 = Splat<V>(r[two ? i + 2 * L : i]);
+      if constexpr (kSaturated) rv = Splat<V>(r[i]), rv2 = Splat<V>(r[i2]);
       V* __restrict slot = sums + Slot(i);
-      auto term = [&](int64_t b, V x, V cq, V rq) {
-        V d;
-        if constexpr (kSaturated) d = (x < rq ? x : rq) - cq;
-        else if constexpr (kWeighted) d = weights[b] * x - cq;
-        else d = x - cq;
-        return Relu(d);
+      auto add = [&](int64_t b) {  // block b's vector of both rows (the last one may be short)
+        auto load = [&](const T* p) { return b < full ? Load<V>(p + b * L) : LoadTail<T>(p + b * L, m); };
+        V w = {};
+        if constexpr (kWeighted && !kSaturated) w = weights[b];
+        V a = slot[b * 2 * L];
+        a += Term<kWeighted, kSaturated>(load(row), cv, kSaturated ? rv : w);
+        if (two) a += Term<kWeighted, kSaturated>(load(row2), cv2, kSaturated ? rv2 : w);
+        slot[b * 2 * L] = a;
       };
-      if (two) {
-        for (int64_t b = 0; b < full; ++b) {
-          V a = slot[b * 2 * L];
-          a += term(b, Load<V>(row + b * L), cv, rv);
-          a += term(b, Load<V>(row2 + b * L), cv2, rv2);
-          slot[b * 2 * L] = a;
-        }
-        if (m) {
-          V a = slot[full * 2 * L];
-          a += term(full, LoadTail<T>(row + full * L, m), cv, rv);
-          a += term(full, LoadTail<T>(row2 + full * L, m), cv2, rv2);
-          slot[full * 2 * L] = a;
-        }
-      } else {
-        for (int64_t b = 0; b < full; ++b) slot[b * 2 * L] += term(b, Load<V>(row + b * L), cv, rv);
-        if (m) slot[full * 2 * L] += term(full, LoadTail<T>(row + full * L, m), cv, rv);
-      }
+      for (int64_t b = 0; b < blocks; ++b) add(b);
     }
   }
   std::vector<V> weights;  // Stream's w_qj, one vector per block
