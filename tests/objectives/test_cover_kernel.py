@@ -430,11 +430,12 @@ def _clustered(n, seed):
 
 
 @pytest.mark.parametrize("case", ["coverage", "weighted", "ratio"])
-def test_half_precision_bounds_keep_celf_picks(case):
+def test_byte_bounds_keep_celf_picks(case):
   """One large float32 lazy problem (N ≥ 2048) first bounds a stale top from its row rounded
-  up to float16 and reads the float32 row only when that bound keeps it on top: picks and
-  gains equal dense greedy's bit for bit (and the NumPy CELF's / the XLA path's), the
-  certificate stays at or above dense greedy's (its stale keys are still upper bounds)."""
+  up to bytes (whole-number bounds for coverage, the rows' float decode when weighted) and
+  reads the float32 row only when that bound keeps it on top: picks and gains equal dense
+  greedy's bit for bit (and the NumPy CELF's / the XLA path's), the certificate stays at or
+  above dense greedy's (its stale keys are still upper bounds)."""
   n, k = 2100, 40
   sim, rng = _clustered(n, seed=3)
   valid = np.ones(n, bool)
@@ -458,3 +459,32 @@ def test_half_precision_bounds_keep_celf_picks(case):
     r = np.ones((1, n), np.float64) if rel is None else np.asarray(obj.relevance, np.float64)
     picks, _ = _celf_reference(np.asarray(obj.sim_t, np.float64), r, valid, k)
     np.testing.assert_array_equal(np.asarray(lazy.indices)[:len(picks)], picks)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_byte_bounds_hold_on_rows_of_every_scale(weighted):
+  """The byte bounds on candidate rows of many scales: several byte steps in one problem (the
+  rows of the common step bounded in whole numbers, the others by their float decode), rows
+  whose largest entry is above 255 (entries divided by their step), subnormal entries beside
+  normal ones, all-zero rows and rows too small for a step (below 2^-100): no bound falls
+  below a gain, so lazy picks, gains and values equal dense greedy's bit for bit."""
+  n, k = 2100, 40
+  sim, rng = _clustered(n, seed=5)
+  scale = np.ones(n, np.float32)
+  rows = rng.permutation(n)
+  scale[rows[:1500]] = rng.uniform(0.7, 1.4, 1500)  # three steps, all competitive
+  scale[rows[1500:1505]] = 300.0  # largest entry above 255 (picked first)
+  scale[rows[1505:1525]] = 0.0
+  scale[rows[1525:1545]] = 1e-35
+  cand = (sim * scale[:, None]).astype(np.float32)  # candidate-major: row j = candidate j
+  tiny = rng.random(cand.shape) < 0.01
+  cand[tiny & (scale[:, None] >= 1)] = 1e-42  # subnormal
+  rel = rng.uniform(0.9, 1.1, (1, n)).astype(np.float32) if weighted else None
+  obj = jaxsel.facility_location(np.ascontiguousarray(cand.T), rel, symmetric=False)
+  np.testing.assert_array_equal(obj.sim_t, cand)
+  lazy = jaxsel.greedy(obj, k=k, method="lazy")
+  dense = jaxsel.greedy(obj, k=k, method="dense")
+  np.testing.assert_array_equal(lazy.indices, dense.indices)
+  np.testing.assert_array_equal(lazy.gains, dense.gains)
+  np.testing.assert_array_equal(lazy.values, dense.values)
+  assert float(lazy.bound) >= float(dense.bound) * (1 - 1e-6)
