@@ -96,3 +96,16 @@ def test_objectives_built_in_a_loop_each_keep_their_own_matrix(small_recycling):
   ref = jaxsel.greedy(jaxsel.facility_location(mats[4], symmetric=False, backend="xla"), k=5,
                       method="dense", backend="xla")
   np.testing.assert_array_equal(sel.indices, ref.indices)
+
+
+@pytest.mark.skipif(not memory.recycler.works, reason="anonymous mappings with MADV_FREE: Linux/BSD only")
+def test_a_buffer_freed_while_the_recycler_is_busy_is_queued_not_waited_for(small_recycling):
+  """A `__del__` may run inside `take` on the same thread (the garbage collector): handing
+  back then queues the mapping instead of waiting for the lock (which would never come)."""
+  a = memory.aligned_empty((1024, 1024), np.float32)
+  where = a.ctypes.data
+  with small_recycling._lock:
+    del a  # would deadlock if it waited
+    assert small_recycling.idle_bytes == 0
+  b = memory.aligned_empty((1024, 1024), np.float32)
+  assert b.ctypes.data == where

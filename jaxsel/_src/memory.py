@@ -22,7 +22,10 @@ def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
   dtype = np.dtype(dtype)
   nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
   if nbytes >= RECYCLE_FROM_BYTES and recycler.works and mmap.PAGESIZE % align == 0:
-    return recycler.take(shape, dtype, nbytes)
+    try:
+      return recycler.take(shape, dtype, nbytes)
+    except OSError:  # no mapping to be had: NumPy's allocation says why (MemoryError)
+      pass
   raw = np.empty(nbytes + align, np.uint8)
   start = (-raw.ctypes.data) % align
   return raw[start:start + nbytes].view(dtype).reshape(shape)
@@ -59,11 +62,16 @@ class _Recycler:
   swapping, and until then the next buffer writes into them without a fault. At most
   `max_idle_bytes` (an eighth of the host's memory, at most 4 GiB) are kept idle, oldest unmapped
   first; `release()` unmaps them all. Mappings are advised to use transparent huge pages, as
-  NumPy advises its own large arrays."""
+  NumPy advises its own large arrays.
+
+  A mapping handed back (`give_back`, from a `__del__`, so possibly from the garbage collector
+  inside `take` on the same thread) is only queued; whoever holds the lock, or next takes it,
+  files the queue, so a `__del__` never waits for the lock."""
 
   def __init__(self):
     self.works = hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MADV_FREE")
     self._lock = threading.Lock()
+    self._returned: collections.deque = collections.deque()  # appends are atomic
     # id -> (the mapping, a uint8 array over it)
     self._idle: collections.OrderedDict[int, tuple] = collections.OrderedDict()
     self.idle_bytes = 0
@@ -74,6 +82,7 @@ class _Recycler:
     size = -(-nbytes // (2 << 20)) * (2 << 20)  # whole 2 MiB pages
     region = None
     with self._lock:  # the smallest idle mapping that fits, if it is at most twice the size
+      self._file_returned()
       fits = [(len(m), key) for key, (m, _) in self._idle.items() if size <= len(m) <= 2 * size]
       if fits:
         region = self._idle.pop(min(fits)[1])
@@ -87,16 +96,27 @@ class _Recycler:
 
   def give_back(self, region: tuple) -> None:
     region[0].madvise(mmap.MADV_FREE)
-    with self._lock:
+    self._returned.append(region)
+    if self._lock.acquire(blocking=False):
+      try:
+        self._file_returned()
+      finally:
+        self._lock.release()
+
+  def _file_returned(self) -> None:
+    """Moves the queued mappings to the idle ones, oldest unmapped beyond the cap (lock held)."""
+    while self._returned:
+      region = self._returned.popleft()
       self._idle[id(region)] = region
       self.idle_bytes += len(region[0])
-      while self.idle_bytes > self.max_idle_bytes:
-        _, (old, _) = self._idle.popitem(last=False)  # unmapped when its last reference goes
-        self.idle_bytes -= len(old)
+    while self.idle_bytes > self.max_idle_bytes:
+      _, (old, _) = self._idle.popitem(last=False)  # unmapped when its last reference goes
+      self.idle_bytes -= len(old)
 
   def release(self) -> None:
     """Unmaps every idle mapping."""
     with self._lock:
+      self._file_returned()
       self._idle.clear()
       self.idle_bytes = 0
 
