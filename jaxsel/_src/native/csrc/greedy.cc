@@ -978,12 +978,11 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint8_t* H, float* 
   const bool bounds = H != nullptr && lazy && !saturated && std::is_same<T, float>::value;
   // Coverage's bounds in whole numbers (ByteExcess) for the rows of the most common step (all
   // of them for a cosine similarity, whose diagonal is 1), against the cover as bytes
-  // (`cover_bytes`, made when a step first needs it); other rows, and weighted problems, from
-  // the float decode of their ByteRow.
+  // (`cover_bytes`, made at the start of each lazy step); other rows, and weighted problems,
+  // from the float decode of their ByteRow.
   const bool whole = bounds && !weighted && Q == 1;
   float whole_step = 0;
   std::vector<uint8_t> cover_bytes(whole ? N : 0);
-  int64_t cover_bytes_at = -1;
   auto byte_bound = [&](int64_t j, int64_t next = -1) -> T {
     if constexpr (std::is_same<T, float>::value) {
       const float unit = H_step[j];
@@ -1160,10 +1159,8 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint8_t* H, float* 
         for (size_t i = heap.size() / 2; i-- > 0;) sift_down(i);
       }
       int64_t bounded_now = 0;  // byte bounds taken this step
-      if (whole && whole_step > 0 && cover_bytes_at != step) {
-        if constexpr (std::is_same<T, float>::value) CoverBytes(cover.data(), whole_step, cover_bytes.data(), N);
-        cover_bytes_at = step;
-      }
+      if constexpr (std::is_same<T, float>::value)
+        if (whole && whole_step > 0) CoverBytes(cover.data(), whole_step, cover_bytes.data(), N);
       while (!heap.empty()) {
         const int64_t j = heap[0].second;
         if (!fits(j)) {
@@ -1726,24 +1723,19 @@ inline int32_t SymmetryHash(const float* __restrict in, float* __restrict out, i
   typedef uint64_t U8 __attribute__((vector_size(64)));
   typedef uint32_t W8 __attribute__((vector_size(32)));
   Stats<float> st;
-  // kRows rows at a time: their terms of a column block are summed in registers and added to
+  // Rows [i, i + R): their terms of a column block are summed in registers and added to
   // col_hash once (the sums are mod 2^64, in any order the same), so col_hash (8n bytes) is
-  // read and written once per kRows rows instead of once per row: at N = 10000 it was most of
-  // the pass's cache traffic.
-#if defined(__AVX512F__)
-  constexpr int64_t kRows = 8;
-#else
-  constexpr int64_t kRows = 4;  // 16 vector registers
-#endif
-  int64_t i = lo;
-  for (; i + kRows <= hi; i += kRows) {
-    U8 ai[kRows], acc[kRows];
-    for (int64_t r = 0; r < kRows; ++r) ai[r] = U8{} + a[i + r], acc[r] = U8{};
+  // read and written once per R rows instead of once per row: at N = 10000 it was most of the
+  // pass's cache traffic. kRows rows at a time, the last few one by one.
+  auto rows = [&](auto rows_at_once, int64_t i) {
+    constexpr int64_t R = decltype(rows_at_once)::value;
+    U8 ai[R], acc[R];
+    for (int64_t r = 0; r < R; ++r) ai[r] = U8{} + a[i + r], acc[r] = U8{};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
       const U8 aj = Load<U8>(a + j);
       U8 col = {};
-      for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t r = 0; r < R; ++r) {
         const F8 x = Load<F8>(in + (i + r) * n + j);
         st.Add(x);
         W8 w;
@@ -1754,7 +1746,7 @@ inline int32_t SymmetryHash(const float* __restrict in, float* __restrict out, i
       }
       StoreU(col_hash + j, Load<U8>(col_hash + j) + col);
     }
-    for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t r = 0; r < R; ++r) {
       const float* src = in + (i + r) * n;
       uint64_t h = 0;
       for (int l = 0; l < 8; ++l) h += acc[r][l];
@@ -1768,33 +1760,15 @@ inline int32_t SymmetryHash(const float* __restrict in, float* __restrict out, i
       row_hash[i + r] = h;
       if (out != nullptr) std::memcpy(out + (i + r) * n, src, n * sizeof(float));
     }
-  }
-  for (; i < hi; ++i) {
-    const float* src = in + i * n;
-    const U8 ai = U8{} + a[i];
-    U8 acc = {};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const F8 x = Load<F8>(src + j);
-      st.Add(x);
-      W8 w;
-      std::memcpy(&w, &x, sizeof(w));
-      const U8 b = __builtin_convertvector(w, U8);
-      acc += b * Load<U8>(a + j);
-      StoreU(col_hash + j, Load<U8>(col_hash + j) + b * ai);
-    }
-    uint64_t r = 0;
-    for (int l = 0; l < 8; ++l) r += acc[l];
-    for (; j < n; ++j) {
-      st.Add1(src[j]);
-      uint32_t w;
-      std::memcpy(&w, src + j, 4);
-      r += a[j] * w;
-      col_hash[j] += a[i] * w;
-    }
-    row_hash[i] = r;
-    if (out != nullptr) std::memcpy(out + i * n, src, n * sizeof(float));
-  }
+  };
+#if defined(__AVX512F__)
+  constexpr int64_t kRows = 8;
+#else
+  constexpr int64_t kRows = 4;  // 16 vector registers
+#endif
+  int64_t i = lo;
+  for (; i + kRows <= hi; i += kRows) rows(std::integral_constant<int64_t, kRows>{}, i);
+  for (; i < hi; ++i) rows(std::integral_constant<int64_t, 1>{}, i);
   *min_out = static_cast<double>(st.Min());
   return st.Bad() ? 1 : 0;
 }
