@@ -170,6 +170,9 @@ def test_corrupt_files_are_named(data, tmp_path):
   vec = path / man["vectors"]
   raw = vec.read_bytes()
   vec.write_bytes(raw[:-10])
+  with pytest.raises(ValueError, match="vectors-000001.safetensors.*truncated"):
+    VectorIndex.load(path)
+  vec.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # the same size, another byte
   with pytest.raises(ValueError, match="vectors-000001.safetensors.*checksum"):
     VectorIndex.load(path)
   vec.write_bytes(raw)
@@ -580,3 +583,112 @@ def test_metadata_of_every_json_type_round_trips_exactly(tmp_path):
   with pytest.raises(TypeError, match=r"metadata\[0\]\['span'\]` is a tuple"):
     ix.save(tmp_path / "idx")
   assert VectorIndex.load(tmp_path / "idx").metadata == meta
+
+
+# -- a tampered index folder (it may come from someone else) ------------------------------------
+
+
+def _tamper(path, **changes):
+  man = json.loads((path / "index.json").read_text())
+  man.update(changes)
+  (path / "index.json").write_text(json.dumps(man))
+  return man
+
+
+@pytest.mark.parametrize("outside", ["../victim.txt", "ABSOLUTE", "sub/../../victim.txt", ".."])
+def test_a_tampered_manifest_never_deletes_or_reads_outside_its_folder(data, tmp_path, outside):
+  x, _ = data
+  victim = tmp_path / "victim.txt"
+  victim.write_text("keep me")
+  path = tmp_path / "idx"
+  _filled(x[:10], chunks=(0, 10)).save(path)
+  name = str(victim) if outside == "ABSOLUTE" else outside
+  _tamper(path, records=name)
+  for act in (lambda: _filled(x[:5], chunks=(0, 5)).save(path), lambda: VectorIndex.load(path),
+              lambda: VectorIndex.check_save_path(path)):
+    with pytest.raises(ValueError, match=r"`records` in index.json.*not a plain file name"):
+      act()
+  assert victim.read_text() == "keep me"
+
+
+def test_cli_index_build_over_a_tampered_index_deletes_nothing(data, tmp_path, monkeypatch, capsys):
+  from jaxsel import cli
+  from jaxsel.testing import tiny_encoder
+  x, _ = data
+  victim = tmp_path / "victim.txt"
+  victim.write_text("keep me")
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "docs" / "a.txt").write_text("One document. It has two sentences.\n")
+  path = tmp_path / "idx"
+  _filled(x[:10], chunks=(0, 10)).save(path)
+  _tamper(path, vectors="../victim.txt")
+  monkeypatch.setattr(cli, "load_model", lambda name: tiny_encoder())
+  code = cli.main(["index", "build", str(tmp_path / "docs"), "--out", str(path), "--quiet"],
+                  out=io.StringIO())
+  assert code == 1 and "not a plain file name" in capsys.readouterr().err
+  assert victim.read_text() == "keep me"
+
+
+def test_a_tampered_journal_never_deletes_outside_its_folder(data, tmp_path):
+  x, _ = data
+  victim = tmp_path / "victim2.txt"
+  victim.write_text("keep me")
+  path = tmp_path / "idx"
+  _filled(x[:10], chunks=(0, 10)).save(path)
+  for name in ("../victim2.txt", str(victim), "..", "index.json"):
+    (path / index_lib.PENDING).write_text(json.dumps({"format": "jaxsel-index", "files": [name]}))
+    with pytest.raises(ValueError, match=r"\.index-pending\.json files\[0\].*not a plain file"):
+      _filled(x[:5], chunks=(0, 5)).save(path)
+    assert victim.read_text() == "keep me"
+  assert len(VectorIndex.load(path)) == 10  # the index itself is untouched
+
+
+def test_an_index_reads_only_regular_files_of_the_recorded_size(data, tmp_path):
+  x, _ = data
+  path = tmp_path / "idx"
+  _filled(x[:10], chunks=(0, 10)).save(path)
+  man = json.loads((path / "index.json").read_text())
+  assert man["bytes"][man["vectors"]] == (path / man["vectors"]).stat().st_size
+  os.mkfifo(path / "fifo")  # reading it would block for ever
+  (path / "zeros").symlink_to("/dev/zero")  # reading it would never end
+  (path / "big").write_bytes(b"\0" * 4096)
+  for name, why in (("fifo", "not a regular file"), ("zeros", "cannot be opened as a regular"),
+                    ("big", "holds 4,096 bytes, expected")):
+    _tamper(path, vectors=name, bytes={name: 100, man["records"]: man["bytes"][man["records"]]})
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=f"{name} .*{why}"):
+      VectorIndex.load(path)
+    assert time.monotonic() - start < 2
+  (path / "index.json").unlink()
+  (path / "index.json").symlink_to("/dev/zero")
+  with pytest.raises(ValueError, match="index.json .*cannot be opened as a regular"):
+    VectorIndex.load(path)
+
+
+@pytest.mark.parametrize("field,value", [("count", 10**12), ("dim", -1), ("count", "10")])
+def test_a_tampered_manifest_count_is_refused(data, tmp_path, field, value):
+  x, _ = data
+  path = tmp_path / "idx"
+  _filled(x[:10], chunks=(0, 10)).save(path)
+  _tamper(path, **{field: value})
+  with pytest.raises(ValueError, match=f"`{field}` in index.json|{field}"):
+    VectorIndex.load(path)
+
+
+def test_metadata_nested_too_deep_is_refused_by_name():
+  deep = []
+  for _ in range(5000):
+    deep = [deep]
+  with pytest.raises(ValueError, match=r"`metadata\[0\].*more than 100 levels deep"):
+    VectorIndex(2).add(np.ones((1, 2), np.float32), metadata=[deep])
+
+
+def test_adding_more_than_memory_holds_is_refused_before_any_copy(monkeypatch):
+  from jaxsel._src import memory
+  monkeypatch.setattr(memory, "available_bytes", lambda: 16 << 30)
+  huge = np.broadcast_to(np.ones(4096, np.float32), (1_000_000, 4096))  # a view: no memory
+  start = time.monotonic()
+  with pytest.raises(ValueError, match=r"`embeddings`=shape \[1,000,000, 4096\] needs about "
+                     r"[\d.]+ GiB .*only 16.0 GiB is free; keep fewer vectors"):
+    VectorIndex(4096).add(huge)
+  assert time.monotonic() - start < 1

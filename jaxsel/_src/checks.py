@@ -1,6 +1,7 @@
 """Input checks that run at the API boundary, before anything is traced: arrays (numbers,
 finite, non-negative, masks), texts, and the one vocabulary of settings (`choice`, `integer`,
-`number`, `costs_and_budget`, `token_budget`, `static_int`, `static_bool`).
+`number`, `costs_and_budget`, `token_budget`, `static_int`, `static_bool`), and `fits`, which
+refuses work whose arrays cannot fit before they are allocated.
 
 Shape checks always run. Value checks (NaN, negative entries) run only on concrete
 arrays: inside `jit`/`vmap` the values are tracers and cannot be inspected, so callers
@@ -15,6 +16,8 @@ from typing import Iterable, Optional
 import numpy as np
 import jax
 import jax.numpy as jnp
+
+from jaxsel._src import memory
 
 
 def is_concrete(x) -> bool:
@@ -237,3 +240,27 @@ def token_budget(budget, *, low: float = 0, whole: bool = False, none: str = "")
     raise ValueError(f"`budget` must be {kind} of tokens >= {low:g}"
                      f"{f' (or None: {none})' if none else ''}, got {budget!r}.")
   return budget
+
+
+def _size(nbytes: float) -> str:
+  for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
+    if nbytes >= 1 << shift:
+      return f"{nbytes / 2**shift:,.1f} {unit}"
+  return f"{nbytes:,.0f} bytes"
+
+
+def fits(need_bytes: float, name: str, value, *, what: str, fix: str) -> None:
+  """Raises a ValueError before allocating `need_bytes` for `what` that cannot fit in the memory
+  the default device can still allocate (`memory.available_bytes`: free device memory, or the
+  host's available memory on the CPU), naming the argument `name` (which is `value`), the size
+  and `fix`. Below 1 GiB, or where the free memory is unknown, nothing is checked. (An
+  allocation that cannot fit ends in a bare `MemoryError` after swapping, XLA's
+  `RESOURCE_EXHAUSTED`, or an abort of the whole process on XLA:CPU.)"""
+  if need_bytes < 1 << 30:  # not worth a system call
+    return
+  free = memory.available_bytes()
+  if free is not None and need_bytes > free:
+    shown = (f"{value:,}" if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+             else value if isinstance(value, str) else repr(value))  # a str: words, not a value
+    raise ValueError(f"`{name}`={shown} needs about {_size(need_bytes)} for {what}, but only "
+                     f"{_size(free)} is free; {fix}.")

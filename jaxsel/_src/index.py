@@ -38,6 +38,12 @@ the new manifest instead, so it returns one committed index, never a mix.
 An index only ever deletes files it wrote: the files its manifest or its journal names, and the
 temp files of those names. It never saves into a folder that holds other files but no index (that
 is refused before anything is written); other files beside an index are left alone.
+
+An index folder may come from someone else, so every file name read from its manifest or journal
+must be a plain file name inside the folder (no separator, not `.` or `..`, none of the index's
+own control files); a file it reads must be a regular file (not a link, a FIFO or a device) of
+the size the manifest records (`bytes`), checked before reading. Anything else is refused with a
+`ValueError` naming the entry: an index never reads, writes or deletes outside its folder.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
@@ -57,7 +64,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from safetensors.numpy import load as st_load, save as st_save
 
 from jaxsel._src import checks
-from jaxsel._src.io import atomic_write, folder_lock, is_tmp_of
+from jaxsel._src.io import atomic_write, folder_lock, is_tmp_of, read_regular
 from jaxsel._src.numerics import l2_normalize
 
 Array = jax.Array
@@ -69,6 +76,7 @@ PENDING = ".index-pending.json"  # the journal of a save in progress
 LOCK = ".index.lock"  # flock-ed by a save from start to end
 LOCK_TIMEOUT = 600.0  # seconds a save waits for another save of the same folder
 _LOAD_TRIES = 100  # manifests `load` reads while saves keep replacing them
+_MAX_CONTROL_BYTES = 64 << 20  # the most `load` reads of a manifest or journal
 _MIN_CAPACITY = 64
 
 
@@ -150,6 +158,13 @@ class VectorIndex:
       return jnp.asarray(x)
     return jax.device_put(x, NamedSharding(self.mesh, P(self.mesh.axis_names[0], None)))
 
+  def _grown(self, need: int) -> int:
+    """The capacity storage doubles to for `need` rows (itself when it holds them already)."""
+    cap = self.capacity
+    while cap < need:
+      cap *= 2
+    return self._round(cap)
+
   def __len__(self) -> int:
     return self._count
 
@@ -176,6 +191,16 @@ class VectorIndex:
     non-str key (it would load as a str), NaN or infinity (JSON has no such numbers), a NumPy
     scalar or other subclass (it would load as the plain type), an object JSON cannot write.
     """
+    shape = getattr(embeddings, "shape", None)
+    if shape is not None and len(shape) == 2 and shape[1] == self.dim:  # before any copy
+      m = int(shape[0])
+      cap = self._grown(self._count + m)
+      # The grown storage and its host copy, the new rows and their normalised copy.
+      grown = 2 * cap // self.shards if cap > self.capacity else 0
+      checks.fits(4 * self.dim * (grown + 2 * m),
+                  "embeddings", f"shape [{m:,}, {self.dim}]", what="the index's storage on the device",
+                  fix="keep fewer vectors in one index (each takes 4·D bytes on the device), "
+                  "use a smaller embedding dimension, or shard it over several devices (`mesh`)")
     x = checks.as_float_array(embeddings, "embeddings")
     if x.ndim == 1:
       x = x[None]
@@ -199,10 +224,7 @@ class VectorIndex:
       return np.zeros((0,), np.int64)
     need = self._count + m
     if need > self.capacity:
-      cap = self.capacity
-      while cap < need:
-        cap *= 2
-      grown = np.zeros((self._round(cap), self.dim), np.float32)
+      grown = np.zeros((self._grown(need), self.dim), np.float32)
       grown[:self._count] = np.asarray(self.embeddings)
       self._vectors = self._place(grown)
     self._vectors = _write_rows(self._vectors, l2_normalize(x.astype(jnp.float32)),
@@ -281,6 +303,7 @@ class VectorIndex:
           "count": self._count, "vectors": vectors_name, "records": records_name,
           "sha256": {vectors_name: hashlib.sha256(vec_bytes).hexdigest(),
                      records_name: hashlib.sha256(rec_bytes).hexdigest()},
+          "bytes": {vectors_name: len(vec_bytes), records_name: len(rec_bytes)},
           "info": self.info,
       }
       man_bytes = (json.dumps(manifest, indent=1) + "\n").encode("utf-8")
@@ -292,7 +315,7 @@ class VectorIndex:
       _atomic_write(path / MANIFEST, man_bytes)  # the commit point
       for name in current:  # the old generation, now that its successor is committed
         if name not in (vectors_name, records_name):
-          (path / name).unlink(missing_ok=True)
+          _remove(path, name)
       (path / PENDING).unlink(missing_ok=True)
     return path
 
@@ -300,7 +323,7 @@ class VectorIndex:
   def load(cls, path, *, mesh: Optional[Mesh] = None) -> "VectorIndex":
     """Loads an index saved by `save`; checks sizes and checksums and names a corrupt file."""
     path = Path(path)
-    if not (path / MANIFEST).is_file():
+    if not os.path.lexists(path / MANIFEST):
       raise FileNotFoundError(f"No jaxsel index at {str(path)!r} (missing {MANIFEST}); build one "
                               "with `VectorIndex.save` or `jaxsel index build`.")
     raw = _manifest_bytes(path)
@@ -344,6 +367,7 @@ def _record_line(text: Optional[str], meta: Any, i: int) -> str:
 
 
 _JSON_SCALARS = (str, int, bool, type(None))
+MAX_JSON_DEPTH = 100  # nested lists and dicts in one metadata entry (JSON parsers recurse)
 
 
 def _check_json(x: Any, name: str, _path: frozenset = frozenset()) -> None:
@@ -362,6 +386,11 @@ def _check_json(x: Any, name: str, _path: frozenset = frozenset()) -> None:
   if kind in (list, dict):
     if id(x) in _path:
       raise ValueError(f"`{name}` contains itself, which JSON cannot store.")
+    if len(_path) >= MAX_JSON_DEPTH:
+      shown = name if len(name) <= 80 else name[:60] + "..." + name[-17:]
+      raise ValueError(f"`{shown}` nests lists and dicts more than {MAX_JSON_DEPTH} levels deep, "
+                       "which is refused (reading it back would exhaust Python's recursion); "
+                       "flatten it or store it as a string.")
     inner = _path | {id(x)}
     if kind is list:
       for j, item in enumerate(x):
@@ -431,17 +460,17 @@ def _claim_folder(path: Path) -> tuple:
 
 def _read_pending(path: Path) -> list:
   try:
-    journal = json.loads((path / PENDING).read_text("utf-8"))
-  except (json.JSONDecodeError, UnicodeDecodeError):
+    journal = json.loads(_read_own(path, PENDING, _MAX_CONTROL_BYTES, "the journal").decode("utf-8"))
+  except (ValueError, RecursionError):
     journal = None
   names = journal.get("files") if isinstance(journal, dict) and journal.get(
       "format") == FORMAT else None
-  if not (isinstance(names, list) and all(
-      isinstance(n, str) and n and n == Path(n).name and n not in (MANIFEST, PENDING, "..")
-      for n in names)):
+  if not isinstance(names, list):
     raise ValueError(f"Corrupt index {str(path)!r}: {PENDING}, the journal of an interrupted "
                      "save, is unreadable, so the files that save left cannot be told apart from "
                      f"yours. Remove them and {PENDING} by hand, then save again.")
+  for i, name in enumerate(names):
+    _check_name(path, name, f"{PENDING} files[{i}]")
   return names
 
 
@@ -458,7 +487,7 @@ def _remove_leftovers(path: Path, current: list, pending: list) -> None:
   manifest does not, and the `atomic_write` temp files of the index's own file names."""
   for name in pending:
     if name not in current:
-      (path / name).unlink(missing_ok=True)
+      _remove(path, name)
   own = set(pending) | set(current) | {MANIFEST, PENDING}
   for f in path.iterdir():
     if any(is_tmp_of(f.name, name) for name in own) and f.is_file():
@@ -466,7 +495,46 @@ def _remove_leftovers(path: Path, current: list, pending: list) -> None:
 
 
 def _manifest_bytes(path: Path) -> bytes:
-  return (path / MANIFEST).read_bytes()
+  return _read_own(path, MANIFEST, _MAX_CONTROL_BYTES, "the manifest")
+
+
+def _check_name(path: Path, name: Any, entry: str) -> str:
+  """`name`, read from the index's own files at `entry`, when it is a plain file name of a
+  data file inside folder `path`; else a ValueError naming the entry (a tampered index must
+  never make a save or load touch anything outside its folder)."""
+  if not (isinstance(name, str) and name and name not in (".", "..", MANIFEST, PENDING, LOCK)
+          and "/" not in name and "\\" not in name and "\0" not in name
+          and os.path.basename(name) == name and not os.path.isabs(name)):
+    raise ValueError(f"Corrupt index {str(path)!r}: {entry} is {name!r}, which is not a plain "
+                     "file name inside the index folder (no separators, no '..', not absolute); "
+                     "the index was modified by hand or comes from an untrusted source. Rebuild it.")
+  return name
+
+
+def _read_own(path: Path, name: str, size: Optional[int], entry: str, *,
+              exact: bool = False) -> bytes:
+  """The bytes of the index's file `name` in folder `path`: a regular file (`read_regular`)
+  of `size` bytes (`exact`) or at most `size` (None: any size); else a ValueError naming
+  `entry`, where `name` was read from."""
+  where = f"Corrupt index {str(path)!r}: {name} ({entry})"
+  try:
+    return read_regular(path / name, **{"size" if exact else "limit": size})
+  except FileNotFoundError:
+    raise ValueError(f"{where} is missing.") from None
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{where} {e.strerror if isinstance(e, OSError) else e}: an index holds "
+                     "only regular files of the sizes its manifest records (truncated, replaced "
+                     "or modified); rebuild the index.") from None
+
+
+def _remove(path: Path, name: str) -> None:
+  """Deletes the index's own file `name` (a checked plain name) in `path` unless it is a
+  folder; a link is removed itself, never what it points to."""
+  try:
+    if not stat.S_ISDIR(os.lstat(path / name).st_mode):
+      os.unlink(path / name)
+  except FileNotFoundError:
+    pass
 
 
 def _read_generation(path: Path, man: dict) -> dict:
@@ -474,11 +542,8 @@ def _read_generation(path: Path, man: dict) -> dict:
   ValueError names a missing file or one that does not match its checksum."""
   blobs = {}
   for key in ("vectors", "records"):
-    try:
-      blobs[key] = (path / man[key]).read_bytes()
-    except (FileNotFoundError, IsADirectoryError):
-      raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} named in {MANIFEST} is "
-                       "missing.") from None
+    size = man.get("bytes", {}).get(man[key])
+    blobs[key] = _read_own(path, man[key], size, f"`{key}` in {MANIFEST}", exact=size is not None)
     if hashlib.sha256(blobs[key]).hexdigest() != man["sha256"].get(man[key]):
       raise ValueError(f"Corrupt index {str(path)!r}: {man[key]} does not match its checksum "
                        f"in {MANIFEST} (truncated or modified); rebuild the index.")
@@ -489,7 +554,7 @@ def _read_manifest(path: Path, raw: bytes) -> dict:
   """The manifest of the index at `path`, parsed from its bytes `raw` and checked."""
   try:
     man = json.loads(raw.decode("utf-8"))
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+  except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, deep nesting
     raise ValueError(f"Corrupt index {str(path)!r}: {MANIFEST} is not valid JSON ({e}).") from None
   if not isinstance(man, dict) or man.get("format") != FORMAT:
     raise ValueError(f"{str(path / MANIFEST)!r} is not a jaxsel index manifest.")
@@ -499,6 +564,17 @@ def _read_manifest(path: Path, raw: bytes) -> dict:
   missing = [k for k in ("dim", "count", "vectors", "records", "sha256") if k not in man]
   if missing:
     raise ValueError(f"Corrupt index {str(path)!r}: {MANIFEST} lacks {', '.join(missing)}.")
+  for key in ("vectors", "records"):
+    _check_name(path, man[key], f"`{key}` in {MANIFEST}")
+  for key in ("dim", "count"):
+    if type(man[key]) is not int or man[key] < (key == "dim"):
+      raise ValueError(f"Corrupt index {str(path)!r}: `{key}` in {MANIFEST} is {man[key]!r}, "
+                       "not a count.")
+  sizes = man.get("bytes", {})
+  if not isinstance(man["sha256"], dict) or not isinstance(sizes, dict) or not all(
+      type(sizes.get(man[k], 0)) is int and sizes.get(man[k], 0) >= 0 for k in ("vectors", "records")):
+    raise ValueError(f"Corrupt index {str(path)!r}: `sha256` and `bytes` in {MANIFEST} must map "
+                     "the file names to checksums and sizes.")
   return man
 
 

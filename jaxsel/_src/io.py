@@ -10,7 +10,9 @@ import hashlib
 import io
 import os
 import secrets
+import stat
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -83,6 +85,41 @@ def atomic_savez(path, **arrays) -> None:
   buf = io.BytesIO()
   np.savez(buf, **arrays)
   atomic_write(path, buf.getvalue())
+
+
+def read_regular(path, *, size: Optional[int] = None, limit: Optional[int] = None,
+                 head: Optional[int] = None) -> bytes:
+  """The bytes of `path`, a file that may have been put there by someone else: it must be a
+  regular file (opened without following a link and without blocking, so a FIFO or a device
+  is refused, never waited on or read without end) of exactly `size` bytes, or at most `limit`,
+  checked before reading; `head`: only its first `head` bytes (it must have that many).
+
+  Raises:
+    FileNotFoundError: there is no such file.
+    ValueError: it is not a regular file or not of that size; the message says which, in
+      words that follow the file's name ("is not a regular file").
+    OSError: it cannot be opened or read (a link: "cannot be opened ...").
+  """
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+  except FileNotFoundError:
+    raise
+  except OSError as e:  # ELOOP for a link, EACCES, ...
+    raise OSError(e.errno, f"cannot be opened as a regular file ({e.strerror})") from None
+  with os.fdopen(fd, "rb") as f:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+      raise ValueError("is not a regular file")
+    want = (f"{size:,} bytes" if size is not None and st.st_size != size else
+            f"at most {limit:,} bytes" if limit is not None and st.st_size > limit else
+            f"at least {head:,} bytes" if head is not None and st.st_size < head else None)
+    if want:
+      raise ValueError(f"holds {st.st_size:,} bytes, expected {want}")
+    n = head if head is not None else st.st_size
+    data = f.read(n + (head is None))
+  if len(data) != n:
+    raise ValueError("changed size while it was read")
+  return data
 
 
 def file_sha256(path) -> str:
