@@ -72,6 +72,7 @@ class _ChatServer(http.server.ThreadingHTTPServer):
 
 
 TRICKLE_SECONDS = 0.01  # between two bytes of a trickled reply
+BLOCK = 1 << 16  # bytes of one block of an endless reply
 
 
 class _ChatHandler(http.server.BaseHTTPRequestHandler):
@@ -82,7 +83,11 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
   `TRICKLE_SECONDS` (a whole reply takes seconds, and no single read waits long);
   trickle_head: the status line and headers trickled too; hangup: closes the connection
   without a reply; banner: a non-HTTP banner, then closes; truncated: a body shorter than its
-  Content-Length; reset: resets the connection (TCP RST) instead of answering."""
+  Content-Length; reset: resets the connection (TCP RST) instead of answering. Hostile ones:
+  redirect<code>: a `code` redirect to the server's `redirect_to` URL; huge: a Content-Length of
+  400 MB (nothing sent after it); endless: a chunked body of `BLOCK` bytes every
+  `TRICKLE_SECONDS` (up to 2,000 blocks, about 128 MB, until the client leaves); deep: JSON
+  nested 100,000 deep."""
 
   def log_message(self, *args):
     pass
@@ -105,6 +110,27 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
     if behaviour == "banner":
       self.close_connection = True
       return self._raw(b"SSH-2.0-OpenSSH_9.6\r\n")
+    if behaviour.startswith("redirect"):
+      self.send_response(int(behaviour[len("redirect"):]))
+      self.send_header("Location", self.server.redirect_to)
+      self.send_header("Content-Length", "0")
+      self.end_headers()
+      return None
+    if behaviour == "huge":
+      self.close_connection = True
+      return self._raw(self._head(200, 400 << 20))
+    if behaviour == "endless":
+      self.close_connection = True
+      self._raw(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+      block = b"%x\r\n%s\r\n" % (BLOCK, b" " * BLOCK)
+      for _ in range(2000):
+        if self._raw(block) is None:
+          return None
+        time.sleep(TRICKLE_SECONDS)
+      return None
+    if behaviour == "deep":
+      return self._send(200, b"[" * 100_000 + b"]" * 100_000)
     if behaviour == "reset":
       self.close_connection = True
       self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -133,9 +159,10 @@ class _ChatHandler(http.server.BaseHTTPRequestHandler):
             f"Content-Length: {length}\r\n\r\n").encode()
 
   def _raw(self, data, trickle=False):
+    """Writes `data`; None once the client has gone."""
     try:
       if not trickle:
-        return self.wfile.write(data)
+        return self.wfile.write(data) or len(data)
       for i in range(len(data)):
         self.wfile.write(data[i:i + 1])
         time.sleep(TRICKLE_SECONDS)
@@ -159,6 +186,7 @@ def chat_server():
   server's `requests` lists what it received. Stopped on exit."""
   server = _ChatServer(("127.0.0.1", 0), _ChatHandler)
   server.requests = []
+  server.redirect_to = None
   thread = threading.Thread(target=server.serve_forever, daemon=True)
   thread.start()
   try:

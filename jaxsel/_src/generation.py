@@ -42,6 +42,8 @@ from jaxsel._src.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, 
 # guide counts 3 and 3; templates with a default system prompt need more).
 CHAT_MARGIN_PER_MESSAGE = 8
 CHAT_MARGIN_REPLY = 8
+# The default cap on an endpoint's reply body: a chat completion is kilobytes.
+MAX_REPLY_BYTES = 8 << 20
 # Without the reader's tokenizer: one token per UTF-8 byte, a bound no byte-level BPE (GPT-4o,
 # Llama 3, Qwen, Mistral's byte fallback) exceeds, about 4x the real count of English text.
 BYTES = TokenCounter(name="UTF-8 bytes (one token per byte: an upper bound, no tokenizer given)",
@@ -423,6 +425,15 @@ class _HTTPSHandler(_DeadlineHandler, urllib.request.HTTPSHandler):
   pass
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+  """Follows no redirect: the completion call's POST would be re-sent as a GET without the
+  prompt (301/302/303), or its prompt and API key to wherever the `Location` points. urllib
+  then raises the 3xx as an `HTTPError`, which `_complete` reports naming the redirect."""
+
+  def redirect_request(self, req, fp, code, msg, headers, newurl):
+    return None
+
+
 def _transport_failure(e: BaseException) -> str:
   """What went wrong on the wire, in words, for an error message."""
   if isinstance(e, urllib.error.URLError):
@@ -467,11 +478,17 @@ class OpenAIGenerator:
       otherwise each message adds `CHAT_MARGIN_PER_MESSAGE` (8) tokens and the reply
       `CHAT_MARGIN_REPLY` (8). None: counted as one token per UTF-8 byte (`BYTES`, safe for
       any byte-level BPE, about 4x too many for English), with a warning when first used.
+    max_reply_bytes: the largest reply body read (default 8 MiB, far above any chat
+      completion); a longer one is refused with an `EndpointError` as soon as it is known.
+
+  Redirects are not followed (a 3xx reply is an `EndpointError` naming where it points): the
+  prompt and the API key go to `base_url`'s host only.
   """
 
   def __init__(self, base_url: str, model: str, *, api_key: Optional[str] = None,
                timeout: float = 60.0, temperature: float = 0.0,
-               system: Optional[str] = None, max_workers: int = 1, tokenizer=None):
+               system: Optional[str] = None, max_workers: int = 1, tokenizer=None,
+               max_reply_bytes: int = MAX_REPLY_BYTES):
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
       raise ValueError(f"`base_url` must be an http:// or https:// URL such as "
                        f"'http://127.0.0.1:8000/v1', got {base_url!r}.")
@@ -495,6 +512,8 @@ class OpenAIGenerator:
     self.temperature = float(temperature)
     self.system = system
     self.max_workers = checks.static_int(max_workers, "max_workers", 1, what="a count of threads")
+    self.max_reply_bytes = checks.integer(max_reply_bytes, "max_reply_bytes",
+                                          what=" (the largest reply body read)")
     self.tokenizer = tokenizer
     self._counter = None if tokenizer is None else token_counter(tokenizer)
 
@@ -559,11 +578,17 @@ class OpenAIGenerator:
       headers["Authorization"] = f"Bearer {self.api_key}"
     request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
     deadline = _Deadline(self.timeout)
-    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline),
+                                         _NoRedirect())
     try:
       with deadline, opener.open(request, timeout=self.timeout) as response:
-        raw = response.read()
+        raw = self._read(response, deadline)
     except urllib.error.HTTPError as e:
+      if 300 <= e.code < 400:
+        raise EndpointError(
+            f"POST {self.url} was redirected (HTTP {e.code} {e.reason}) to "
+            f"{e.headers.get('Location')!r}; redirects are not followed, so the prompt and the "
+            "API key go to that host only. Pass the final address as `base_url`.") from None
       try:
         detail = e.read(500).decode("utf-8", "replace").strip()
       except (http.client.HTTPException, OSError):
@@ -580,6 +605,30 @@ class OpenAIGenerator:
       raise self._timeout(None)
     return self._answer(raw)
 
+  def _read(self, response, deadline: _Deadline) -> bytes:
+    """The reply body, read in blocks: at most `max_reply_bytes` (a longer one, by its
+    Content-Length or as it arrives, is an `EndpointError`), and no longer than the deadline."""
+    cap = self.max_reply_bytes
+    too_long = lambda got: EndpointError(  # noqa: E731
+        f"POST {self.url} returned a reply of {got} bytes, more than max_reply_bytes={cap:,}; "
+        "is it an OpenAI-compatible endpoint? (Raise `max_reply_bytes` if it really is.)")
+    length = response.headers.get("Content-Length", "")
+    if length.strip().isdigit() and int(length) > cap:
+      raise too_long(f"{int(length):,}")
+    blocks, got = [], 0
+    while not deadline.expired:
+      block = response.read(min(1 << 16, cap + 1 - got))
+      if not block:
+        break
+      blocks.append(block)
+      got += len(block)
+      if got > cap:
+        raise too_long("over " + f"{cap:,}")
+    left = getattr(response, "length", None)  # of a Content-Length, when the server closed early
+    if left and not deadline.expired:
+      raise http.client.IncompleteRead(b"".join(blocks), left)
+    return b"".join(blocks)
+
   def _timeout(self, e: Optional[BaseException]) -> EndpointError:
     """`e`: the socket's own timeout, or None when the overall deadline ended the request."""
     why = f" ({e})" if e is not None else " (the whole request, connecting to the last byte)"
@@ -589,14 +638,15 @@ class OpenAIGenerator:
   def _answer(self, raw: bytes) -> str:
     try:
       reply = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-      raise EndpointError(f"POST {self.url} returned a body that is not JSON ({e}): "
-                          f"{raw[:200]!r}") from e
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested too deep
+      why = "nested too deep" if isinstance(e, RecursionError) else str(e)
+      raise EndpointError(f"POST {self.url} returned a body that is not JSON ({why}): "
+                          f"{raw[:200]!r}") from None
     content = _dig(reply, "choices", 0, "message", "content")
     if not isinstance(content, str):
       raise EndpointError(
           f"POST {self.url} returned no answer text: a chat completion has "
-          f"choices[0].message.content as a string; got {json.dumps(reply)[:300]}")
+          f"choices[0].message.content as a string; got {raw[:300]!r}")
     return content.strip()
 
 

@@ -338,7 +338,50 @@ def test_openai_server_down():
     (("http://x/v1", "m"), {"temperature": -1}, "`temperature` must be a finite number >= 0"),
     (("http://x/v1", "m"), {"max_workers": 0}, "`max_workers` must be at least 1"),
     (("http://x/v1", "m"), {"api_key": 5}, "`api_key` must be a str"),
+    (("http://x/v1", "m"), {"max_reply_bytes": 0}, "`max_reply_bytes` must be a positive int"),
 ])
 def test_openai_bad_settings(args, kwargs, match):
   with pytest.raises((TypeError, ValueError), match=match):
     gen.OpenAIGenerator(*args, **kwargs)
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_openai_follows_no_redirect_and_never_sends_the_key_elsewhere(stub, code):
+  """A redirect to another host got the API key (and a 302 turned the POST into a GET whose
+  reply was taken as the answer): no redirect is followed; the error names where it pointed."""
+  server, root = stub
+  with chat_server() as (other, other_root):
+    elsewhere = other_root.replace("127.0.0.1", "localhost") + "/ok/v1/chat/completions"
+    server.redirect_to = elsewhere
+    client = gen.OpenAIGenerator(f"{root}/redirect{code}/v1", "m", api_key="s3cret", timeout=5)
+    with pytest.raises(gen.EndpointError, match=rf"/redirect{code}/v1/chat/completions was "
+                       rf"redirected \(HTTP {code} .*\) to '{elsewhere}'; redirects are not "
+                       "followed"):
+      client.generate(["Q"])
+    assert other.requests == []  # neither the prompt nor the key went there
+  assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("behaviour,cap,match", [
+    ("huge", None, r"a reply of 419,430,400 bytes, more than max_reply_bytes=8,388,608"),
+    ("endless", 1 << 20, r"a reply of over 1,048,576 bytes, more than max_reply_bytes=1,048,576"),
+    ("deep", None, r"returned a body that is not JSON \(nested too deep\)"),
+])
+def test_openai_replies_are_bounded(stub, behaviour, cap, match):
+  _, root = stub
+  settings = {} if cap is None else {"max_reply_bytes": cap}
+  client = gen.OpenAIGenerator(f"{root}/{behaviour}/v1", "m", timeout=30, **settings)
+  t0 = time.perf_counter()
+  with pytest.raises(gen.EndpointError, match=rf"/{behaviour}/v1/chat/completions .*{match}"):
+    client.generate(["Q"])
+  assert time.perf_counter() - t0 < 5
+
+
+def test_openai_deadline_holds_while_a_long_reply_streams_in(stub):
+  """An endless reply within the size cap: `timeout` ends it, however fast bytes keep coming."""
+  _, root = stub
+  client = gen.OpenAIGenerator(f"{root}/endless/v1", "m", timeout=0.5, max_reply_bytes=1 << 40)
+  t0 = time.perf_counter()
+  with pytest.raises(gen.EndpointError, match=r"no answer within timeout=0\.5 s"):
+    client.generate(["Q"])
+  assert 0.45 < time.perf_counter() - t0 < 2.0
