@@ -210,7 +210,14 @@ def exhaustive_search(scorer, costs, *, budget, max_size: int, valid=None,
                      f"{num_ordered_combinations(costs.shape[0], max_size):,} ordered combinations); "
                      "use `jaxsel.corag_search` for longer orders.")
   batch_size = checks.integer(batch_size, "batch_size")
-  combos = ordered_combinations(costs.shape[0], max_size)
+  n = costs.shape[0]
+  count = num_ordered_combinations(n, max_size)
+  # Listing them takes a Python tuple (~64 + 8·max_size bytes) and ~4 int32/bool copies each.
+  checks.fits(count * (64 + 24 * max_size), "max_size", max_size,
+              what=f"the {count:,} ordered combinations of N={n} "
+              "chunks it lists", fix="lower `max_size`, or use `jaxsel.corag_search`, which "
+              "explores the orders without listing them")
+  combos = ordered_combinations(n, max_size)
   used = combos >= 0
   res = _exhaustive(scorer, costs, budget, valid if masked else None, jnp.asarray(combos),
                     jnp.asarray(used), jnp.asarray(np.where(used, combos, 0)), batch_size=batch_size)

@@ -328,6 +328,23 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
                       cost=tree.cost[best], utility=utility, tree=tree, nonfinite=tree.nonfinite)
 
 
+# Bytes per tree node: seven 4-byte and two 1-byte fields, held twice by the loop (in and out).
+_NODE_BYTES = 2 * (7 * 4 + 2)
+
+
+def _check_tree_size(iterations: int, n: int) -> None:
+  """Refuses a tree of `1 + iterations · n` nodes that int32 node ids cannot number or that
+  cannot fit in memory, before it is allocated."""
+  nodes = 1 + iterations * n
+  fix = (f"lower `iterations` (the tree holds 1 + iterations · N nodes, N={n}; 5–25 iterations "
+         "usually suffice, and once every order within the budget is scored more change nothing)")
+  if nodes >= 2**31:
+    raise ValueError(f"`iterations`={iterations:,} makes a tree of {nodes:,} nodes, more than "
+                     f"int32 node ids can number (2**31 - 1); {fix}.")
+  checks.fits(nodes * _NODE_BYTES, "iterations", iterations,
+              what=f"a tree of {nodes:,} nodes", fix=fix)
+
+
 def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
                  max_depth: Optional[int] = None, valid=None, backup: str = "max",
                  normalize: bool = False) -> SearchResult:
@@ -369,6 +386,7 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   iterations = checks.static_int(iterations, "iterations", 1, what="it fixes the tree size")
+  _check_tree_size(iterations, costs.shape[0])
   checks.choice(backup, "backup", BACKUPS)
   normalize = checks.static_bool(normalize, "normalize")
   exploration = checks.as_float_array(exploration, "exploration").astype(jnp.float32)

@@ -195,6 +195,9 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
 def _check_m(m, n: int) -> None:
   if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= max(n, 1):
     raise ValueError(f"`m` (neighbours per candidate) must be an int in [1, N={n}], got {m!r}.")
+  # The graph's ids and similarities [N, m], as built, as returned and on the device.
+  checks.fits(24 * n * m, "m", m, what=f"a graph of N={n:,} × m neighbours",
+              fix="lower `m` (neighbours per candidate; 10–50 usually suffice)")
 
 
 def _knn_block(cand, items, item_valid, *, m, nonneg):

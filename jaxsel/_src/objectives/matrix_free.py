@@ -132,6 +132,12 @@ def _from_embeddings(cls, embeddings, relevance, valid, nonneg, block, backend, 
   e = unit_embeddings(embeddings)
   v = checks.check_valid(valid, e.shape[0])
   rel = checked_relevance(relevance, e.shape[0], v, e.dtype, required=required)
+  n = e.shape[0]
+  rows = min(block, n) * (1 if rel is None else rel.shape[-2]) * n
+  checks.fits(2 * rows * e.dtype.itemsize, "block", block,  # a block's rows and their gains
+              what=f"the similarity rows of one block (`[block, Q, N]`, N={n:,})",
+              fix="lower `block` (candidates whose similarity rows are in memory at once; "
+              "the default is 256)")
   return cls(candidates=e, items=e, item_valid=v, relevance=rel, valid=v, block=block,
              nonneg=nonneg, backend=backend, max_dense_bytes=max_dense_bytes)
 
