@@ -43,7 +43,8 @@ if TYPE_CHECKING:
   from jaxsel._src.index import SearchHits, VectorIndex
   from jaxsel._src.methods import Request
   from jaxsel._src.pipeline.config import PipelineConfig
-  from jaxsel._src.pipeline.selection import Pipeline, available_methods, available_scorers
+  from jaxsel._src.pipeline.selection import (Pipeline, available_methods, available_scorers,
+                                              default_method)
   from jaxsel._src.pipeline.result import Answer, SelectionResult
   from jaxsel._src.generation import (EndpointError, OpenAIGenerator,
                                       TransformersGenerator, load_generator)
@@ -116,6 +117,7 @@ __all__ = [
     "VectorIndex",
     "available_methods",
     "available_scorers",
+    "default_method",
     "split_documents",
     "split_text",
     "token_costs",

@@ -322,8 +322,9 @@ def read_documents(paths: Sequence[str]) -> tuple:
   return texts, [str(f).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for f in files]
 
 
-def _pipeline(args, method: str, unit: str, **extra):
-  if method not in jaxsel.available_methods():
+def _pipeline(args, method: Optional[str], unit: str, **extra):
+  """The command's Pipeline; `method` None: the default per request (`jaxsel.default_method`)."""
+  if method is not None and method not in jaxsel.available_methods():
     raise CLIError(f"unknown method {method!r}; use one of "
                    f"{', '.join(jaxsel.available_methods())}.", 2)
   if getattr(args, "scorer", None):
@@ -393,7 +394,7 @@ def _emit(args, result, out) -> None:
 
 
 def _select(pipe, queries, source, args, **extra):
-  if getattr(args, "scorer", None) and pipe.method != "corag":
+  if getattr(args, "scorer", None) and pipe.resolved(queries).method != "corag":
     raise CLIError("--scorer applies to --method corag only.", 2)
   with _bad_input():
     return pipe.select(queries or None, source, budget=args.budget, k=args.k,
@@ -506,16 +507,15 @@ def _check_args(args) -> None:
 def cmd_select(args, out) -> None:
   texts, sources = read_documents(args.files)
   queries = args.query or []
-  method = args.method or ("facility_location" if queries else "coverage")
   unit = args.unit or ("passage" if queries else "sentence")
-  pipe = _pipeline(args, method, unit)
+  pipe = _pipeline(args, args.method, unit)  # default: corag with queries, coverage without
   announce_large_input(pipe, texts)
   _emit(args, _select(pipe, queries, texts, args, sources=sources), out)
 
 
 def cmd_index_build(args, out) -> None:
   texts, sources = read_documents(args.inputs)
-  pipe = _pipeline(args, "facility_location", args.unit or "passage")
+  pipe = _pipeline(args, None, args.unit or "passage")
   announce_large_input(pipe, texts)
   with _bad_input():
     index = pipe.build_index(texts, sources=sources, info={"model": args.model})
@@ -539,14 +539,14 @@ def _load_index(args) -> "jaxsel.VectorIndex":
 
 def cmd_index_search(args, out) -> None:
   index = _load_index(args)
-  pipe = _pipeline(args, args.method or "facility_location", "passage", candidates=args.candidates)
+  pipe = _pipeline(args, args.method, "passage", candidates=args.candidates)
   _emit(args, _select(pipe, args.query, index, args), out)
 
 
 def cmd_ask(args, out) -> None:
   """Selects the context for the question and prints the answer model's answer."""
-  method = args.method or "facility_location"
-  if args.scorer and method != "corag":
+  method = args.method
+  if args.scorer and (method or jaxsel.default_method(True)) != "corag":
     raise CLIError("--scorer applies to --method corag only.", 2)
   if args.index and args.late_chunking:
     raise CLIError("--late-chunking applies to files; an index keeps the vectors it was built "
@@ -608,6 +608,12 @@ def _demo_answer(args, result, out) -> None:
             "answer; `jaxsel ask --help` shows how to ask a real one) ---\n" + text + "\n")
 
 
+def _found(result, titles) -> str:
+  """Which of the paragraphs titled `titles` have a piece among the picks ("2/2: A, B")."""
+  got = [t for t in titles if any(p.title and t in p.title for p in result.passages)]
+  return f"{len(got)}/{len(titles)}" + (f" ({', '.join(got)})" if got else "")
+
+
 def cmd_demo(args, out) -> None:
   """The real thing end to end: bundled encoder, built-in index, bundled document."""
   doc = DEMO_DOCUMENT.read_text("utf-8")
@@ -631,12 +637,21 @@ def cmd_demo(args, out) -> None:
     out.write(f"answer   : {first['answers_objects'][0]['spans'][0]} (from HotpotQA; supporting "
               f"paragraphs: {', '.join(c['title'] for c in first['contexts'] if c['is_supporting'])})\n")
   unit = "the encoder's word pieces" if reader is None else f"{reader.name} tokens (the reader's)"
-  out.write(f"budget   : {args.budget:g} {unit}, method {args.method}\n\n")
   result = _select(pipe, [query], index, args)
+  out.write(f"budget   : {args.budget:g} {unit}, method {result.method}\n\n")
   pieces = jaxsel.token_counter(pipe.encoder).count([result.context()])[0]
   sent = "the encoder's word pieces" if reader is None else f"{reader.name} tokens"
   out.write(result.table() + f"\ncontext as sent: {result.cost} {sent} ({pieces} encoder word "
-            "pieces)\n\n--- prompt for the LLM ---\n" + result.prompt() + "\n")
+            "pieces)\n")
+  if result.method != "naive":  # the baseline beside it, on the same candidates and budget
+    naive = _select(pipe.replace(method="naive"), [query], index, args)
+    out.write("\n--- NaiveRAG (most relevant first) on the same budget, for comparison ---\n"
+              + naive.table() + "\n")
+    if not args.query:
+      gold = [c["title"] for c in first["contexts"] if c["is_supporting"]]
+      out.write("\nsupporting paragraphs in the context: "
+                f"{result.method} {_found(result, gold)}; naive {_found(naive, gold)}\n")
+  out.write("\n--- prompt for the LLM ---\n" + result.prompt() + "\n")
   if reader is not None:
     out.flush()
     _demo_answer(args, result, out)
@@ -757,8 +772,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("files", nargs="+", metavar="FILE", help="text files or folders")
   p.add_argument("--query", "-q", action="append", help="a query (repeat for several)")
   p.add_argument("--method", default=None,
-                 help="facility_location (default with queries), saturated_coverage, coverage "
-                      "(default without), mmr, naive, corag")
+                 help="corag (default with queries: tree search with the learned second-hop "
+                      "scorer), coverage (default without), facility_location, "
+                      "saturated_coverage, mmr, naive")
   p.add_argument("--unit", choices=UNITS, default=None,
                  help="candidates: sentences (default without query), passages (with), or words "
                       "(token-level selection in whole words; implies --late-chunking)")
@@ -780,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
   s = isub.add_parser("search", help="select passages from an index for queries")
   s.add_argument("index", metavar="INDEX")
   s.add_argument("--query", "-q", action="append", required=True)
-  s.add_argument("--method", default=None, help="as for `select` (default facility_location)")
+  s.add_argument("--method", default=None, help="as for `select` (default corag)")
   s.add_argument("--candidates", type=_whole, default=64, help="passages retrieved per query")
   s.add_argument("--prompt", action="store_true", help="print the LLM prompt instead of a table")
   _common(s)
@@ -799,7 +815,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="select from a `jaxsel index build` folder instead of files")
   a.add_argument("--candidates", type=_whole, default=64,
                  help="passages retrieved from --index before selecting")
-  a.add_argument("--method", default=None, help="as for `select` (default facility_location)")
+  a.add_argument("--method", default=None, help="as for `select` (default corag)")
   a.add_argument("--show-context", action="store_true",
                  help="print the selected passages before the answer")
   g = a.add_argument_group("answer model (default: the offline SmolLM2-135M-Instruct)")
@@ -829,7 +845,8 @@ def build_parser() -> argparse.ArgumentParser:
 
   d = sub.add_parser("demo", help="run the bundled example end to end")
   d.add_argument("--query", "-q", default=None, help="default: a HotpotQA question")
-  d.add_argument("--method", default="facility_location")
+  d.add_argument("--method", default=None,
+                 help="as for `select` (default corag); NaiveRAG's picks are shown beside")
   d.add_argument("--no-answer", action="store_true",
                  help="skip the answer of the offline SmolLM2-135M-Instruct at the end")
   _common(d)

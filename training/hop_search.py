@@ -18,38 +18,17 @@ import numpy as np
 import jaxsel
 
 
-def pad_batch(feats: Sequence, n: int) -> dict:
-  """Host arrays of a batch, every question padded to `n` candidates."""
-  b, d = len(feats), feats[0].emb.shape[1]
-  out = {"query": np.zeros((b, 1, d), np.float32), "emb": np.zeros((b, n, d), np.float32),
-         "costs": np.zeros((b, n), np.float32),
-         "valid": np.zeros((b, n), bool), "links": np.zeros((b, n, n), np.float32),
-         "mentioned": np.zeros((b, n), np.float32), "entities": np.zeros((b, n, n), np.float32),
-         "groups": np.tile(np.arange(n, dtype=np.int32), (b, 1)),
-         "overlap": np.zeros((b, n), np.float32), "covered": np.zeros((b, n, n), np.float32),
-         "shared": np.zeros((b, n, n), np.float32)}
-  for r, f in enumerate(feats):
-    m = len(f.passages)
-    out["query"][r, 0] = f.query
-    out["emb"][r, :m] = f.emb
-    out["costs"][r, :m] = f.costs
-    out["valid"][r, :m] = True
-    out["links"][r, :m, :m] = f.signals.links
-    out["mentioned"][r, :m] = f.signals.mentioned
-    out["entities"][r, :m, :m] = f.signals.entities
-    out["groups"][r, :m] = f.signals.groups
-    out["overlap"][r, :m] = f.signals.overlap
-    out["covered"][r, :m, :m] = f.signals.covered
-    out["shared"][r, :m, :m] = f.signals.shared
-  return out
+def pad_batch(feats: Sequence, n: int):
+  """A batch of questions padded to `n` candidates, by the Pipeline's own padding
+  (`jaxsel.registry.pad_batch`: one query each, the passage embeddings for similarity too)."""
+  return jaxsel.registry.pad_batch(
+      [(f.query[None], f.emb, f.emb, f.costs, f.signals) for f in feats], n=n, q=1)
 
 
-def request_of(x: dict) -> jaxsel.registry.Request:
-  """The `jaxsel.registry.Request` of one padded question of `pad_batch` (as the Pipeline builds it)."""
-  return jaxsel.registry.request(x["query"], x["emb"], costs=x["costs"], links=x["links"],
-                         mentioned=x["mentioned"], entities=x["entities"], groups=x["groups"],
-                         valid=x["valid"], overlap=x["overlap"], covered=x["covered"],
-                         shared=x["shared"])
+def request_of(inputs) -> jaxsel.registry.Request:
+  """The `jaxsel.registry.Request` of one padded question of `pad_batch`, built by the
+  Pipeline's own function (`registry.pipeline_request`)."""
+  return jaxsel.registry.pipeline_request(inputs)
 
 
 def select(feats: Sequence, scorer, *, encoder, budget: float, iterations: int = 15,

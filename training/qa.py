@@ -16,6 +16,7 @@ import json
 import os
 from typing import NamedTuple, Optional, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
 from jaxsel import token_costs
@@ -155,6 +156,9 @@ class QAFeatures(NamedTuple):
   valid: np.ndarray  # [N] bool
   entities: np.ndarray  # [N, N] weighted capitalised phrases passages i and j share
   groups: np.ndarray  # [N] int32 group of each passage (its own index; padding: N + index)
+  overlap: np.ndarray  # [N] share of the question's IDF weight in passage j's words
+  covered: np.ndarray  # [N, N] the same share of passages i and j together
+  shared: np.ndarray  # [N, N] IDF² cosine of the non-question words i and j share
 
   @property
   def relevance(self) -> np.ndarray:
@@ -172,7 +176,8 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
   """Embeds questions and passages with `encoder` (`jaxsel.load_encoder`) and stacks the
   features of all questions, padded to `n_max` passages (default the largest count).
 
-  The text signals (`links`, `mentioned`, `entities`, `groups`) are the Pipeline's
+  The text signals (`links`, `mentioned`, `entities`, `groups`, and the lexical `overlap`,
+  `covered`, `shared`) are the Pipeline's
   (`registry.text_signals`) for the `"title: paragraph"` texts given as one document each: the
   lead entity of a passage is its title, read from the text as the Pipeline reads it."""
   examples = list(examples)
@@ -191,7 +196,9 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
   out = QAFeatures(q_emb.astype(np.float32), np.zeros((q, n, d), np.float32), np.zeros((q, n), np.float32),
                    np.zeros((q, n, n), np.float32), np.zeros((q, n), np.float32),
                    np.zeros((q, n), bool), np.zeros((q, n), bool), np.zeros((q, n, n), np.float32),
-                   np.tile(np.arange(n, 2 * n, dtype=np.int32), (q, 1)))
+                   np.tile(np.arange(n, 2 * n, dtype=np.int32), (q, 1)),
+                   np.zeros((q, n), np.float32), np.zeros((q, n, n), np.float32),
+                   np.zeros((q, n, n), np.float32))
   start = 0
   for i, e in enumerate(examples):
     m = len(e.passages)
@@ -202,6 +209,9 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
     out.mentioned[i, :m] = sig.mentioned
     out.entities[i, :m, :m] = sig.entities
     out.groups[i, :m] = sig.groups
+    out.overlap[i, :m] = sig.overlap
+    out.covered[i, :m, :m] = sig.covered
+    out.shared[i, :m, :m] = sig.shared
     out.gold[i, :m] = e.gold
     out.valid[i, :m] = True
     start += m
@@ -209,10 +219,16 @@ def featurize(encoder, examples: Sequence[QAExample], *, n_max: Optional[int] = 
 
 
 def request(f: QAFeatures) -> registry.Request:
-  """One question's features as the registry's `Request` (works under `jit` / `vmap`): the
-  same scores as the Pipeline's (`registry.request`)."""
-  return registry.request(f.query[None], f.passages, costs=f.costs, links=f.links * f.valid[None, :],
-                         mentioned=f.mentioned, entities=f.entities, groups=f.groups, valid=f.valid)
+  """One question's features as the Pipeline's own `Request` (`registry.pipeline_request`, the
+  function the Pipeline's solve builds its requests with), text signals included, so a label
+  sweep scores what the search sees. Works under `jit` / `vmap`."""
+  xp = np if isinstance(f.query, np.ndarray) else jnp
+  inputs = registry.Inputs(query=f.query[None], query_valid=xp.ones((1,), bool),
+                           passages=f.passages, symmetric=f.passages, costs=f.costs,
+                           valid=f.valid, links=f.links, mentioned=f.mentioned,
+                           entities=f.entities, groups=f.groups, overlap=f.overlap,
+                           covered=f.covered, shared=f.shared)
+  return registry.pipeline_request(inputs)
 
 
 def take(features: QAFeatures, idx) -> QAFeatures:

@@ -11,13 +11,12 @@ who build objectives under a transform are responsible for their values.
 from __future__ import annotations
 
 import math
+import os
 from typing import Iterable, Optional
 
 import numpy as np
 import jax
 import jax.numpy as jnp
-
-from jaxsel._src import memory
 
 
 def is_concrete(x) -> bool:
@@ -249,16 +248,38 @@ def _size(nbytes: float) -> str:
   return f"{nbytes:,.0f} bytes"
 
 
+def available_bytes() -> Optional[int]:
+  """Memory the default device can still allocate: free device memory on an accelerator
+  (`memory_stats`), `MemAvailable` of the host on the CPU backend; None when unknown."""
+  dev = jax.devices()[0]
+  if dev.platform != "cpu":
+    stats = dev.memory_stats() or {}
+    if "bytes_limit" in stats:
+      return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    return None
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  try:
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  except (ValueError, OSError, AttributeError):
+    return None
+
+
 def fits(need_bytes: float, name: str, value, *, what: str, fix: str) -> None:
   """Raises a ValueError before allocating `need_bytes` for `what` that cannot fit in the memory
-  the default device can still allocate (`memory.available_bytes`: free device memory, or the
+  the default device can still allocate (`available_bytes`: free device memory, or the
   host's available memory on the CPU), naming the argument `name` (which is `value`), the size
   and `fix`. Below 1 GiB, or where the free memory is unknown, nothing is checked. (An
   allocation that cannot fit ends in a bare `MemoryError` after swapping, XLA's
   `RESOURCE_EXHAUSTED`, or an abort of the whole process on XLA:CPU.)"""
   if need_bytes < 1 << 30:  # not worth a system call
     return
-  free = memory.available_bytes()
+  free = available_bytes()
   if free is not None and need_bytes > free:
     shown = (f"{value:,}" if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
              else value if isinstance(value, str) else repr(value))  # a str: words, not a value

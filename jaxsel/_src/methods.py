@@ -254,5 +254,18 @@ METHODS = SUBMODULAR + BASELINES + SEARCH
 NEEDS_QUERY = ("facility_location", "saturated_coverage", "mmr", "naive", "corag")
 
 
+# The default method per task, measured on held-out multi-hop QA (bench/RESULTS.md): with a
+# question, the CORAG search with the learned second-hop scorer (NaiveRAG, facility location and
+# MMR all trail it there); without one, coverage (text selection: the only method that needs no
+# query).
+DEFAULT_QUERY_METHOD = "corag"
+DEFAULT_TEXT_METHOD = "coverage"
+
+
+def default_method(has_query: bool) -> str:
+  """The default method of a request with (`has_query`) or without a question."""
+  return DEFAULT_QUERY_METHOD if has_query else DEFAULT_TEXT_METHOD
+
+
 def check_method(method: str) -> str:
   return checks.choice(method, "method", METHODS)

@@ -330,11 +330,17 @@ def _titled(text: str, pieces: list, doc: int, source: Optional[str]) -> list:
   return out
 
 
+DEFAULT_PASSAGE_TOKENS = 128  # `max_tokens` of passages when none is given
+
+
+def default_max_tokens(unit: str, max_tokens: Optional[int]) -> Optional[int]:
+  """`max_tokens`, else the unit's default (128 for passages, none for sentences and words)."""
+  return DEFAULT_PASSAGE_TOKENS if max_tokens is None and unit == "passage" else max_tokens
+
+
 def _check_split(unit: str, max_tokens: Optional[int]) -> Optional[int]:
   checks.choice(unit, "unit", UNITS)
-  if max_tokens is None and unit == "passage":
-    max_tokens = 128
-  return checks.integer(max_tokens, "max_tokens", none=True)
+  return checks.integer(default_max_tokens(unit, max_tokens), "max_tokens", none=True)
 
 
 def split_text(text: str, *, unit: str = "sentence", max_tokens: Optional[int] = None,

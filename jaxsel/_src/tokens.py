@@ -9,7 +9,9 @@ The budget is the reader's: what a context costs is what the model that reads it
 * a name: a tiktoken encoding (``"o200k_base"``, ``"cl100k_base"``, or ``"tiktoken:gpt-4o"``
   for a model's encoding), a local tokenizer folder, a ``.gguf`` file, or a hub id already in the
   local cache (`AutoTokenizer.from_pretrained(..., local_files_only=True)`: nothing is downloaded);
-* a callable `texts -> counts` (a list of strings in, one int each out);
+* a callable `texts -> counts` (a list of strings in, one int each out); a function of one
+  text returning its count or its tokens (LlamaIndex's `Settings.tokenizer`, tiktoken's
+  `encode`) goes through `text_counter`; an object with only `encode(text)` is counted so;
 * None: a rule needing no model (one token per word, number, symbol or CJK character).
 
 Counts never fall below a text's real size in the reader's unit. A WordPiece tokenizer (BERT,
@@ -286,6 +288,33 @@ def load_tokenizer(name_or_path):
         f"encoding ({', '.join(_tiktoken_names())}). ({' '.join(str(e).split())[:300]})") from e
 
 
+# ----------------------------------------------------------------------------- one text at a time
+
+
+def text_counter(fn: Callable) -> TokenCounter:
+  """A `TokenCounter` from `fn(text)` returning the text's token count (an int) or its tokens
+  (a sequence: its length counts), e.g. LlamaIndex's `Settings.tokenizer` or tiktoken's
+  `Encoding.encode`."""
+  if not callable(fn):
+    raise TypeError(f"a per-text tokenizer must be callable, got {type(fn).__name__}.")
+
+  def count(texts):
+    out = []
+    for i, t in enumerate(texts):
+      n = fn(t)
+      if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        try:
+          n = len(n)
+        except TypeError:
+          raise TypeError(f"the tokenizer returned {type(n).__name__} for text {i}; it must "
+                          "return a token count (int) or a sequence of tokens.") from None
+      out.append(int(n))
+    return out
+
+  return TokenCounter(name=f"per-text {getattr(fn, '__qualname__', type(fn).__name__)}",
+                      count_fn=count)
+
+
 # ----------------------------------------------------------------------------- the entry point
 
 
@@ -309,7 +338,10 @@ def token_counter(tokenizer=None) -> TokenCounter:
   if callable(tokenizer):
     return TokenCounter(name=f"callable {getattr(tokenizer, '__name__', type(tokenizer).__name__)}",
                         count_fn=tokenizer)
+  if callable(getattr(tokenizer, "encode", None)):  # e.g. a SentencePiece processor
+    return text_counter(tokenizer.encode)
   raise TypeError(
       "`tokenizer` must be a Hugging Face tokenizer (or an object with `.tokenizer`, e.g. an "
       "encoder), a tiktoken Encoding, a name or path (tokenizer folder, .gguf file, tiktoken "
-      f"encoding), a callable `texts -> counts`, or None; got {type(tokenizer).__name__}.")
+      "encoding), a callable `texts -> counts`, an object with `encode(text) -> tokens`, or "
+      f"None; got {type(tokenizer).__name__}.")

@@ -14,8 +14,10 @@ Each takes the retrieved nodes / documents and returns the ones selected within 
 `budget` by `method` (``"facility_location"``, ``"saturated_coverage"``, ``"mmr"``,
 ``"corag"`` or ``"naive"``), in their input order (``order="input"``) or in pick order
 (``order="selection"``), as copies carrying jaxsel's relevance score; the inputs are never
-changed. Token costs come from `tokenizer` (a callable `text -> int` or `text -> tokens`, or a
-Hugging Face tokenizer), by default the jaxsel encoder's.
+changed. Token costs come from `tokenizer` (a callable `text -> int` or `text -> tokens`, or
+anything `jaxsel.token_counter` takes), by default the pipeline's (the jaxsel encoder's word
+pieces): the same count as `Pipeline.tokenizer`. The default method is CORAG (the adapters
+always have a query).
 
 Embeddings the framework already has (LlamaIndex node embeddings and
 `QueryBundle.embedding`, Haystack `Document.embedding`, LangChain embeddings stored in the

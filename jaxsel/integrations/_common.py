@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import numbers
 import os
 from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
-import transformers
 
 import jaxsel
-from jaxsel._src import checks, methods
+from jaxsel._src import checks, methods, tokens
 
 # The methods that rank candidates for a query (`"coverage"` takes none, so it has no place here).
 METHODS = methods.NEEDS_QUERY  # the adapters always have a query
 ORDERS = ("input", "selection")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-DEFAULT_METHOD = "facility_location"
+DEFAULT_METHOD = methods.DEFAULT_QUERY_METHOD  # the adapters always have a query
 logger = logging.getLogger("jaxsel.integrations")
-# A callable `text -> int` or `text -> tokens`, a Hugging Face tokenizer, or has `.encode(text)`.
+# What `jaxsel.token_counter` takes, or a callable `text -> int` / `text -> tokens`.
 TokenizerLike = Any
 
 
@@ -83,51 +81,26 @@ def check_settings(*, method, budget, k, order) -> None:
 
 
 def resolve_method(method, pipeline) -> str:
-  """`method`, else the given pipeline's, else facility location."""
-  if method is None:
-    method = pipeline.method if isinstance(pipeline, jaxsel.Pipeline) else DEFAULT_METHOD
-  return check_method(method)
+  """`method`, else the given pipeline's, else the default for a question (CORAG)."""
+  if method is None and isinstance(pipeline, jaxsel.Pipeline):
+    method = pipeline.method
+  return check_method(DEFAULT_METHOD if method is None else method)
 
 
 # -- token counting -------------------------------------------------------------------------------
-def _is_hf_tokenizer(tok) -> bool:
-  return isinstance(tok, transformers.PreTrainedTokenizerBase)
-
-
-def count_tokens(texts: Sequence[str], tokenizer) -> np.ndarray:
-  """`[N]` token counts of `texts` with `tokenizer`: a Hugging Face tokenizer (no special
-  tokens, as `jaxsel.token_costs`), a callable returning an int or a sequence of tokens (e.g.
-  LlamaIndex's `Settings.tokenizer`, tiktoken's `encode`), or an object with `encode`."""
-  texts = list(texts)
-  if tokenizer is None or _is_hf_tokenizer(tokenizer):
-    return jaxsel.token_costs(texts, tokenizer).astype(np.int64)
-  if callable(tokenizer):
-    fn = tokenizer
-  elif callable(getattr(tokenizer, "encode", None)):
-    fn = tokenizer.encode
-  else:
-    raise TypeError("`tokenizer` must be a callable `text -> int` (or `text -> tokens`), a Hugging "
-                    f"Face tokenizer, or have `encode(text)`; got {type(tokenizer).__name__}.")
-  costs = []
-  for i, t in enumerate(texts):
-    n = fn(t)
-    if not isinstance(n, numbers.Integral) or isinstance(n, bool):
-      try:
-        n = len(n)
-      except TypeError:
-        raise TypeError(f"`tokenizer` returned {type(n).__name__} for text {i}; it must return "
-                        "a token count (int) or a sequence of tokens.") from None
-    if n < 0:
-      raise ValueError(f"`tokenizer` returned a negative token count ({n}) for text {i}.")
-    costs.append(int(n))
-  return np.asarray(costs, np.int64)
-
-
 def candidate_costs(pipeline: jaxsel.Pipeline, tokenizer, texts: Sequence[str]) -> np.ndarray:
-  """`[N]` token costs with `tokenizer`, by default the pipeline encoder's tokenizer."""
+  """`[N]` token counts of `texts`: with `tokenizer` (anything `jaxsel.token_counter` takes,
+  or a function of one text returning its count or its tokens, such as LlamaIndex's
+  `Settings.tokenizer`), by default the pipeline's reader tokenizer (`Pipeline.tokenizer`:
+  the encoder's word pieces unless the pipeline was given one)."""
   if tokenizer is None:
-    tokenizer = getattr(pipeline.encoder, "tokenizer", None)
-  return count_tokens(texts, tokenizer)
+    counter = pipeline.tokenizer
+  elif (callable(tokenizer) and not isinstance(tokenizer, jaxsel.TokenCounter)
+        and not tokens.is_hf_tokenizer(tokenizer)):
+    counter = tokens.text_counter(tokenizer)
+  else:
+    counter = jaxsel.token_counter(tokenizer)
+  return counter.count(list(texts))
 
 
 # -- embeddings -----------------------------------------------------------------------------------
@@ -191,7 +164,7 @@ def build_pipeline(pipeline=None, encoder=None) -> jaxsel.Pipeline:
     encoder = DEFAULT_MODEL
   if isinstance(encoder, (str, os.PathLike)):
     encoder = jaxsel.load_encoder(encoder)
-  return jaxsel.Pipeline(encoder, method=DEFAULT_METHOD)
+  return jaxsel.Pipeline(encoder)
 
 
 def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str],

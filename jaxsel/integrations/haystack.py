@@ -51,12 +51,14 @@ class JaxselRanker:
     encoder: instead of `pipeline`: a jaxsel encoder or a model name / folder for
       `jaxsel.load_encoder` (default all-MiniLM-L6-v2), loaded by `warm_up`.
     budget: most tokens of the selected documents (None: only `k` limits).
-    method: ``"facility_location"`` (default), ``"saturated_coverage"``, ``"mmr"``,
-      ``"corag"`` or ``"naive"``.
+    method: ``"corag"`` (default: the tree search with the learned second-hop scorer,
+      the best measured on multi-hop QA), ``"facility_location"``, ``"saturated_coverage"``,
+      ``"mmr"`` or ``"naive"``.
     k: most documents kept.
     min_gain: stop when a pick adds less (default: the pipeline's, 1e-6).
-    tokenizer: counts `content` tokens: a callable `text -> int` or `text -> tokens`, or a
-      Hugging Face tokenizer; default the encoder's tokenizer (its word pieces, not your LLM's
+    tokenizer: counts `content` tokens: a callable `text -> int` or `text -> tokens`, or
+      anything `jaxsel.token_counter` takes (a Hugging Face or tiktoken tokenizer, a tokenizer
+      name or folder); default the pipeline's tokenizer, i.e. the encoder's (its word pieces, not your LLM's
       tokens). The budget is in that unit: the sum of the kept documents' counts (the prompt
       builder joins them its own way; its separators are not counted).
     order: ``"input"`` or ``"selection"``.

@@ -45,7 +45,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
 
   Token costs are counted on the text the LLM is sent (`MetadataMode.LLM`) with `tokenizer`:
   a callable `text -> int` or `text -> tokens` (e.g. `llama_index.core.Settings.tokenizer`),
-  or a Hugging Face tokenizer; default the encoder's tokenizer (its word pieces, not your LLM's
+  or anything `jaxsel.token_counter` takes; default the pipeline's tokenizer, i.e. the encoder's (its word pieces, not your LLM's
   tokens: pass the LLM's tokenizer). The budget is in that unit: the sum of the kept nodes'
   counts (LlamaIndex joins them into the prompt its own way; its separators are not counted).
 
@@ -54,8 +54,9 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     encoder: instead of `pipeline`: a jaxsel encoder or a model name / folder for
       `jaxsel.load_encoder` (default all-MiniLM-L6-v2).
     budget: most tokens of the selected nodes (None: only `k` limits).
-    method: ``"facility_location"`` (default), ``"saturated_coverage"``, ``"mmr"``,
-      ``"corag"`` or ``"naive"``.
+    method: ``"corag"`` (default: the tree search with the learned second-hop scorer,
+      the best measured on multi-hop QA), ``"facility_location"``, ``"saturated_coverage"``,
+      ``"mmr"`` or ``"naive"``.
     k: most nodes kept.
     min_gain: stop when a pick adds less (default: the pipeline's, 1e-6).
     tokenizer: counts tokens (see above).

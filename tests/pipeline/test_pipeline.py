@@ -187,10 +187,14 @@ def test_select_many_equals_select_one_by_one(enc):
     np.testing.assert_allclose(got.gains, one.gains, rtol=1e-5, atol=1e-6 * one.curve.max())
     np.testing.assert_allclose(got.scores, one.scores, rtol=1e-5, atol=1e-6)
     assert got.cost == one.cost <= 150
-  # One encoder call for all passages and one for all queries.
+  # Each request embedded as `select` embeds it (its passages, then its queries), so a batch
+  # cannot embed a text two ways; a repeated batch comes from the cache.
   enc2 = tiny()
-  Pipeline(enc2, max_tokens=80).select_many(requests, budget=150)
-  assert [c[1] for c in enc2.calls] == ["passage", "query"]
+  pipe2 = Pipeline(enc2, max_tokens=80, method="facility_location")
+  pipe2.select_many(requests, budget=150)
+  assert [c[1] for c in enc2.calls] == ["passage", "query"] * len(requests)
+  pipe2.select_many(requests, budget=150)
+  assert len(enc2.calls) == 2 * len(requests)
   cov = Pipeline(enc, method="coverage", unit="sentence").select_many(
       [(None, [DOC[:1500]]), (None, [DOC[1500:2500]])], k=3)
   for got, (_, d) in zip(cov, [(None, [DOC[:1500]]), (None, [DOC[1500:2500]])]):
@@ -366,7 +370,7 @@ def test_bad_input(enc):
 
 def test_replace_shares_the_embedding_cache():
   enc = tiny()
-  base = Pipeline(enc, max_tokens=80)
+  base = Pipeline(enc, max_tokens=80, method="facility_location")
   a = base.select(Q0, [SMALL], budget=150)
   n_calls = len(enc.calls)
   b = base.replace(method="saturated_coverage").select(Q0, [SMALL], budget=150)

@@ -9,6 +9,7 @@ import pytest
 
 from doubles import HashEncoder
 
+import jaxsel
 from training import evaluation
 from training import labels
 from training import qa
@@ -140,6 +141,29 @@ def test_features_carry_the_pipelines_text_signals(sample):
   assert f.mentioned[0].sum() >= 1  # the question names a paragraph's title
   req = qa.request(qa.QAFeatures(*(a[0] for a in f)))
   assert req.entities.shape == (10, 10) and req.groups.shape == (10,)
+  # The lexical signals too: the learned scorer reads them, and a label sweep that scored
+  # requests without them valued `learned_hops` on zeros (the agent then learned to avoid it).
+  assert sig.overlap.max() > 0 and sig.shared.max() > 0
+  np.testing.assert_allclose(np.asarray(req.overlap)[:m], sig.overlap)
+  np.testing.assert_allclose(np.asarray(req.covered)[:m, :m], sig.covered)
+  np.testing.assert_allclose(np.asarray(req.shared)[:m, :m], sig.shared)
+
+
+def test_training_requests_are_the_pipelines(sample):
+  """The request a label sweep scores equals the one `Pipeline.select` solves for the same
+  question (one code path: `registry.pipeline_request` over the Pipeline's padding)."""
+  from jaxsel._src.pipeline import solve
+  ex, f = sample
+  e, m = ex[0], len(ex[0].passages)
+  sig = jaxsel.registry.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
+  fi = qa.QAFeatures(*(a[0] for a in f))
+  padded = solve.row(solve.pad_batch([(fi.query[None], fi.passages[:m], fi.passages[:m],
+                                       fi.costs[:m], sig)], n=fi.passages.shape[0], q=1), 0)
+  ours, theirs = qa.request(fi), solve.request(padded)
+  for name in ("relevance", "similarity", "costs", "links", "mentioned", "entities", "valid",
+               "overlap", "covered", "shared"):
+    np.testing.assert_allclose(np.asarray(getattr(ours, name)), np.asarray(getattr(theirs, name)),
+                               err_msg=name)
 
 
 def test_readers_of_the_original_formats(tmp_path):

@@ -21,7 +21,9 @@ class PipelineConfig:
   """How a `Pipeline` splits, scores and selects.
 
   Attributes:
-    method: ``"facility_location"`` (relevance-weighted representativeness, multi-query),
+    method: None (the default) picks per request: ``"corag"`` when there is a question,
+      ``"coverage"`` when there is none (`jaxsel.default_method`). Or one of
+      ``"facility_location"`` (relevance-weighted representativeness, multi-query),
       ``"saturated_coverage"`` (each passage needs only as much coverage as it is relevant),
       ``"coverage"`` (text selection, no query), ``"mmr"``, ``"naive"`` (relevance order, fill
       the budget), ``"corag"`` (tree search over ordered combinations).
@@ -61,7 +63,7 @@ class PipelineConfig:
       objectives (memory `O(N·D)` instead of the `[N, N]` similarity; the same picks).
     backend: ``"auto"``, ``"native"`` or ``"xla"``: where greedy's gains run (`jaxsel.greedy`).
   """
-  method: str = "facility_location"
+  method: Optional[str] = None
   unit: str = "passage"
   max_tokens: Optional[int] = None
   late_chunking: bool = False
@@ -84,7 +86,8 @@ class PipelineConfig:
   backend: str = "auto"
 
   def __post_init__(self):
-    check_method(self.method)
+    if self.method is not None:
+      check_method(self.method)
     checks.choice(self.unit, "unit", UNITS)
     if self.max_tokens is not None:
       checks.integer(self.max_tokens, "max_tokens")

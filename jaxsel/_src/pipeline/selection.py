@@ -28,12 +28,13 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from jaxsel._src import methods
+from jaxsel._src import checks, methods
 from jaxsel._src import text as text_lib
 from jaxsel._src.base import Configurator, Encoder
 from jaxsel._src.generation import (DEFAULT_MAX_NEW_TOKENS, Generator, default_generator,
                                     generator_counter)
 from jaxsel._src.index import VectorIndex
+from jaxsel._src.methods import default_method
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG
 from jaxsel._src.pipeline import candidates as cands_lib
 from jaxsel._src.pipeline import reader as reader_lib
@@ -88,7 +89,7 @@ class Pipeline:
 
   Example:
     >>> enc = jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2")
-    >>> pipe = jaxsel.Pipeline(enc, method="facility_location")
+    >>> pipe = jaxsel.Pipeline(enc)  # CORAG for a question, coverage without one
     >>> res = pipe.select("Who wrote it?", [document], budget=256)
     >>> print(res.table()); llm(res.prompt())
 
@@ -97,7 +98,10 @@ class Pipeline:
       prompt_name, normalize, batch_size, progress) -> [N, D]`, its `prompts` and the
       Hugging Face `tokenizer` that token costs come from.
     index: a default `VectorIndex` to select from when `select` gets no documents.
-    method: one of `available_methods()` (see `PipelineConfig`).
+    method: one of `available_methods()` (see `PipelineConfig`); None (the default) picks
+      per request, by `jaxsel.default_method`: ``"corag"`` (the tree search with the learned
+      second-hop scorer, the best measured on multi-hop QA) when there is a question,
+      ``"coverage"`` (text selection) when there is none.
     agent: what picks the CORAG scorer and search settings per request from the query
       embedding (the mean over the queries): a trained `jaxsel.ConfigAgent`, or any object
       with `predict(features [D]) -> choice` (`scorer`, `iterations`, `exploration`,
@@ -139,9 +143,16 @@ class Pipeline:
     self._check_late_chunking()
 
   @property
-  def method(self) -> str:
-    """The selection method (`config.method`)."""
+  def method(self) -> Optional[str]:
+    """The selection method (`config.method`); None: chosen per request (`resolved`)."""
     return self.config.method
+
+  def resolved(self, queries) -> "Pipeline":
+    """This pipeline when it has a method, else a copy (sharing the encoder and the embedding
+    cache) with the default method for `queries` (`jaxsel.default_method`)."""
+    if self.config.method is not None:
+      return self
+    return self.replace(method=default_method(bool(cands_lib.as_queries(queries))))
 
   @property
   def late_chunking(self) -> bool:
@@ -206,11 +217,39 @@ class Pipeline:
     `encoder.encode(texts, prompt_name=role)` where the encoder has that prompt."""
     return self._embedder.embed(texts, role)
 
-  def split(self, documents, *, sources=None) -> list:
-    """Splits documents into candidate `Passage`s with this pipeline's unit and tokenizer."""
-    return text_lib.split_documents(documents, unit=self.config.unit,
-                                    max_tokens=self.config.max_tokens, tokenizer=self.tokenizer,
-                                    sources=sources)
+  def split(self, documents, *, sources=None, budget=None) -> list:
+    """Splits documents into candidate `Passage`s with this pipeline's unit and tokenizer.
+
+    With a `budget` (tokens of the context as sent), passages are cut short enough that each
+    fits it on its own as sent (`max_tokens` lowered to what the budget leaves after the
+    passage's number and separator), so a budget below the configured `max_tokens` still
+    selects; only a budget below one token of text plus that numbering is refused."""
+    cfg = self.config
+    max_tokens = text_lib.default_max_tokens(cfg.unit, cfg.max_tokens)
+    budget = checks.token_budget(budget, none="no budget")
+    if budget is None or cfg.unit == "word":
+      return text_lib.split_documents(documents, unit=cfg.unit, max_tokens=max_tokens,
+                                      tokenizer=self.tokenizer, sources=sources)
+    counter = self.tokenizer
+    # What a passage's number and separator cost as sent, at the widest number it may get.
+    numbering = counter.count_one(reader_lib.piece(99_999, "x")) - counter.count_one("x")
+    fit = int(budget) - max(numbering, 0)
+    for _ in range(4):  # a tokenizer that merges across the numbering costs a little more
+      if fit < 1:
+        raise ValueError(f"`budget` {budget:g} leaves no room for a passage: each costs "
+                         f"{numbering} tokens of numbering and separator as sent "
+                         f"({reader_lib.piece(1, '')!r}); raise the budget.")
+      limit = fit if max_tokens is None else min(max_tokens, fit)
+      passages = text_lib.split_documents(documents, unit=cfg.unit, max_tokens=limit,
+                                          tokenizer=counter, sources=sources)
+      if not passages:
+        return passages
+      sent = reader_lib.candidate_costs(counter, [p.text for p in passages], unit=cfg.unit)
+      over = int(sent.max()) - int(budget)
+      if over <= 0 or limit < fit:  # fits, or the configured max_tokens decides
+        return passages
+      fit -= over
+    return passages
 
   def build_index(self, documents, *, sources=None, index: Optional[VectorIndex] = None,
                   info: Optional[dict] = None) -> VectorIndex:
@@ -230,7 +269,8 @@ class Pipeline:
     index.add(emb, texts=[p.text for p in passages], metadata=meta)
     return index
 
-  def _candidates(self, queries, source, embeddings=None, sources=None) -> cands_lib.Candidates:
+  def _candidates(self, queries, source, embeddings=None, sources=None,
+                  budget=None) -> cands_lib.Candidates:
     """The request's candidates; those the pipeline counts itself (split from documents
     or retrieved from an index) cost what they add to the context as sent, in the reader's
     tokens (`reader.candidate_costs`); `Passage`s the caller gives, and candidates
@@ -252,7 +292,8 @@ class Pipeline:
         given = False
       else:
         cands = cands_lib.from_documents(source, self._embedder,
-                                         lambda docs: self.split(docs, sources=sources),
+                                         lambda docs: self.split(docs, sources=sources,
+                                                                 budget=budget),
                                          late_chunking=self.late_chunking)
         given = cands.documents is None
     return cands if given else self._sent(cands)
@@ -381,9 +422,13 @@ class Pipeline:
       sources: names of the documents (e.g. file names), recorded on their passages.
     """
     queries = cands_lib.as_queries(queries)
+    if self.config.method is None:
+      return self.resolved(queries).select(
+          queries, documents_or_index, budget=budget, k=k, min_gain=min_gain,
+          embeddings=embeddings, query_embeddings=query_embeddings, sources=sources)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     cands_lib.check_queries(self.config.method, queries)  # before any embedding
-    cands = self._candidates(queries, documents_or_index, embeddings, sources)
+    cands = self._candidates(queries, documents_or_index, embeddings, sources, budget)
     budget = cands_lib.check_budget(budget, k, cands.costs)
     q_emb = cands_lib.query_embeddings(queries, query_embeddings, cands.embeddings.shape[1],
                                        self._embedder)
@@ -395,38 +440,48 @@ class Pipeline:
                   min_gain: Optional[float] = None) -> list:
     """Runs independent requests `[(queries, documents), ...]` in one batched call.
 
-    All texts are embedded together (one encoder call for the passages, one for the queries);
-    the requests are padded (with a `valid` mask) and selected by `jax.vmap`-ed solves, one per
-    shape bucket and search choice, for every method. Results equal `select` on each request.
+    Each request is embedded as `select` embeds it (texts seen before come from the embedding
+    cache); the requests are padded (with a `valid` mask) and selected by `jax.vmap`-ed solves,
+    one per shape bucket and search choice, for every method. Results equal `select` on each
+    request: the same picks in the same order (gains to rounding).
     """
     requests = list(requests)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     if not requests:
       raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
-    checked = [cands_lib.batch_request(r, req, self.split, method=self.config.method)
+    if self.config.method is None:  # the default per request: one batch per method
+      by_method = collections.defaultdict(list)
+      for r, req in enumerate(requests):
+        if not isinstance(req, (tuple, list)) or len(req) != 2:
+          raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
+        by_method[self.resolved(req[0]).method].append(r)
+      results = [None] * len(requests)
+      for method, rows in by_method.items():
+        outs = self.replace(method=method).select_many([requests[r] for r in rows],
+                                                        budget=budget, k=k, min_gain=min_gain)
+        for r, out in zip(rows, outs):
+          results[r] = out
+      return results
+    split = lambda docs: self.split(docs, budget=budget)  # noqa: E731
+    checked = [cands_lib.batch_request(r, req, split, method=self.config.method)
                for r, req in enumerate(requests)]
     sent = [None if docs is None else self._sent(cands_lib.Candidates(ps, None, None, docs)).sent
             for _, ps, docs in checked]
     budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]) if s is None
                                       else s) for (_, ps, _), s in zip(checked, sent)]
-    # One encoder pass over every passage and every query of every request.
-    passages = [p for _, ps, _ in checked for p in ps]
-    if self.late_chunking and all(docs is not None for _, _, docs in checked):
-      emb = sym = None  # pooled per request from its own documents
-    else:
-      emb, sym = self._embedder.passages([p.text for p in passages])
-    all_q = [x for q, _, _ in checked for x in q]
-    q_all = self.embed(all_q, "query") if all_q else None
-    prepared, po, qo = [], 0, 0
+    # Each request is embedded as `select` embeds it (its passages in one encoder call, its
+    # queries in another): an encoder's float sums depend on what shares a batch, and a
+    # last-bit difference can swap a near tie, so one request must not be embedded two ways.
+    # The solves are batched.
+    prepared = []
     for (q, ps, docs), b, s in zip(checked, budgets, sent):
-      n = len(ps)
       if self.late_chunking and docs is not None:
-        e = self._embedder.late_chunks(docs, ps)
-        cands = cands_lib.Candidates(ps, e, e, docs, s)
+        e = sym = self._embedder.late_chunks(docs, ps)
       else:
-        cands = cands_lib.Candidates(ps, emb[po:po + n], sym[po:po + n], docs, s)
-      prepared.append(self._request(q, cands, None if not q else q_all[qo:qo + len(q)], b))
-      po, qo = po + n, qo + len(q)
+        e, sym = self._embedder.passages([p.text for p in ps])
+      cands = cands_lib.Candidates(ps, e, sym, docs, s)
+      q_emb = cands_lib.query_embeddings(q, None, e.shape[1], self._embedder) if q else None
+      prepared.append(self._request(q, cands, q_emb, b))
     outs = self._solve(prepared, k=k, min_gain=min_gain, batched=True)
     return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
             for r, out in zip(prepared, outs)]

@@ -135,16 +135,24 @@ def _prefix_values(scorer, order: Array):
   return values[1:], jnp.diff(values)
 
 
+def request(inputs: Inputs, *, nonneg: str = "clip", dense: bool = True) -> methods.Request:
+  """The registry's `Request` of one padded request: what every method and scorer of the
+  Pipeline is built from. Research code that scores requests itself (label sweeps, training)
+  builds them here too (`jaxsel.registry.pipeline_request`), so what it scores is what the
+  search sees, text signals included. Works under `jit` and `vmap`."""
+  return methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
+                         links=inputs.links, mentioned=inputs.mentioned,
+                         entities=inputs.entities, groups=inputs.groups, valid=inputs.valid,
+                         query_valid=inputs.query_valid, overlap=inputs.overlap,
+                         covered=inputs.covered, shared=inputs.shared, nonneg=nonneg,
+                         dense=dense)
+
+
 @functools.partial(jax.jit, static_argnames=("config",))
 def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   """Picks for one padded request (see the module docstring); `jax.vmap` it for a batch."""
   c = config
-  req = methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
-                        links=inputs.links, mentioned=inputs.mentioned,
-                        entities=inputs.entities, groups=inputs.groups, valid=inputs.valid,
-                        query_valid=inputs.query_valid, overlap=inputs.overlap,
-                        covered=inputs.covered, shared=inputs.shared, nonneg=c.nonneg,
-                        dense=c.dense)
+  req = request(inputs, nonneg=c.nonneg, dense=c.dense)
   no = jnp.zeros((), bool)
   nan = jnp.full((), jnp.nan, jnp.float32)
   if c.method in methods.SUBMODULAR:
