@@ -5,11 +5,14 @@ References: `transformers.BertModel`, `XLMRobertaModel`, `BertForSequenceClassif
 saved with `save_pretrained` and loaded back through jaxsel's public loaders.
 """
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import struct
+import threading
 import time
 
 import numpy as np
@@ -593,6 +596,31 @@ def test_embedding_cache_reads_back_the_same_bytes(backbone, tmp_path, model_row
     testing.tiny_encoder().with_embedding_cache(cache)
 
 
+def test_weights_replaced_in_place_are_not_read_from_the_cache(backbone, tmp_path, model_rows):
+  """Weights rewritten with the same size and modification time kept the stale entries (the
+  identity was names, sizes and times); it now holds a digest of the weights as loaded."""
+  _, _, src = backbone
+  folder = tmp_path / "ckpt"
+  shutil.copytree(src, folder)
+  texts, cache = _long_texts(), tmp_path / "emb"
+  stale = np.asarray(jaxsel.load_encoder(folder).with_embedding_cache(cache).encode(texts))
+  weights = folder / "model.safetensors"
+  before = weights.stat()
+  raw = weights.read_bytes()  # every float32 weight doubled; the header (and size) kept
+  start = 8 + int.from_bytes(raw[:8], "little")
+  header = json.loads(raw[8:start])
+  assert {t["dtype"] for k, t in header.items() if k != "__metadata__"} == {"F32"}
+  weights.write_bytes(raw[:start] + (np.frombuffer(raw[start:], "<f4") * 2).tobytes())
+  os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+  assert (weights.stat().st_size, weights.stat().st_mtime_ns) == (before.st_size,
+                                                                  before.st_mtime_ns)
+  model_rows.clear()
+  fresh = np.asarray(jaxsel.load_encoder(folder).with_embedding_cache(cache).encode(texts))
+  assert sum(model_rows) == len(texts)  # embedded again, not read back
+  np.testing.assert_array_equal(fresh, np.asarray(jaxsel.load_encoder(folder).encode(texts)))
+  assert not np.array_equal(fresh, stale)
+
+
 def test_damaged_embedding_cache_entries_are_ignored_and_rewritten(backbone, tmp_path,
                                                                      model_rows):
   """A truncated, overwritten, bit-flipped or misshaped entry is a miss (the model runs and
@@ -628,16 +656,49 @@ def test_damaged_embedding_cache_entries_are_ignored_and_rewritten(backbone, tmp
   assert blocked.read_text() == "not a folder"
 
 
+def _keys(names):
+  return {k: hashlib.sha256(k.encode()).hexdigest() for k in names}
+
+
 def test_embedding_store_evicts_the_least_recently_used(tmp_path):
   s = store.EmbeddingStore(tmp_path / "s", max_bytes=3 * 1200)
+  key = _keys("abcd")
   arrays = {k: np.full((2, 128), i, np.float32) for i, k in enumerate("abcd")}
   for k in "abc":
-    assert s.write(k, arrays[k])
+    assert s.write(key[k], arrays[k])
   past = time.time() - 100
   for i, k in enumerate("abc"):  # written in this order, long ago
-    os.utime(s.path(k), (past + i, past + i))
-  np.testing.assert_array_equal(s.read("a", (2, 128)), arrays["a"])  # "a" used again
-  assert s.write("d", arrays["d"])  # over the limit: "b", the least recently used, goes
-  assert sorted(p.stem for p in (tmp_path / "s").glob("*.emb")) == ["a", "c", "d"]
-  assert s.read("b", (2, 128)) is None and s.read("a", (2, 64)) is None
+    os.utime(s.path(key[k]), (past + i, past + i))
+  np.testing.assert_array_equal(s.read(key["a"], (2, 128)), arrays["a"])  # "a" used again
+  assert s.write(key["d"], arrays["d"])  # over the limit: "b", the least recently used, goes
+  assert sorted(p.stem for p in (tmp_path / "s").glob("*.emb")) == sorted(key[k] for k in "acd")
+  assert s.read(key["b"], (2, 128)) is None and s.read(key["a"], (2, 64)) is None
   assert not list((tmp_path / "s").glob(".tmp-*"))
+  with pytest.raises(ValueError, match="64 lowercase hex digits"):
+    s.path("../a")
+
+
+def test_embedding_store_evicts_only_its_own_entries_and_never_waits_on_a_fifo(tmp_path):
+  """A user's `vectors.emb` (or an entry-like name without the store's header) in the cache
+  folder was deleted as the oldest entry; a FIFO at an entry's path hung `read`."""
+  folder = tmp_path / "s"
+  folder.mkdir()
+  key = _keys("abf")
+  theirs = {"vectors.emb": b"my vectors " * 200, key["b"] + ".emb": b"not an entry " * 200}
+  for name, data in theirs.items():
+    (folder / name).write_bytes(data)
+    os.utime(folder / name, (1, 1))  # older than any entry
+  os.mkfifo(folder / (key["f"] + ".emb"))
+  s = store.EmbeddingStore(folder, max_bytes=1200)
+  t0 = time.monotonic()
+  got = []  # a FIFO is not an entry: never opened to wait for a writer (a daemon thread: no hang)
+  reader = threading.Thread(target=lambda: got.append(s.read(key["f"], (2, 128))), daemon=True)
+  reader.start()
+  reader.join(timeout=2)
+  assert got == [None]
+  assert s.write(key["a"], np.ones((2, 128), np.float32))  # over the limit, counting theirs
+  assert time.monotonic() - t0 < 2
+  assert {n: (folder / n).read_bytes() for n in theirs} == theirs
+  assert stat.S_ISFIFO(os.lstat(folder / (key["f"] + ".emb")).st_mode)
+  assert s.write(key["f"], np.zeros((2, 128), np.float32))  # replaces the FIFO with an entry
+  np.testing.assert_array_equal(s.read(key["f"], (2, 128)), np.zeros((2, 128), np.float32))

@@ -519,7 +519,7 @@ def load_encoder(name_or_path, *, dtype=jnp.float32, pooling: Optional[str] = No
       normalize=st.get("normalize", True) if normalize is None else normalize,
       max_length=max_length if max_length is not None else st.get("max_length"),
       prompts=all_prompts, name=str(name_or_path))
-  enc.identity = store_lib.checkpoint_identity(folder)
+  enc.identity = store_lib.checkpoint_identity(folder, store_lib.weights_digest(state))
   enc._identified = (enc.params, enc.tokenizer)
   return enc
 
