@@ -70,3 +70,86 @@ def test_matrix_free_block_too_large():
                   r"`block`=200,000 needs about [\d.]+ GiB for the similarity rows of one block "
                   r"\(`\[block, Q, N\]`, N=200,000\), but only 16.0 GiB is free; lower `block`")
   assert build(emb, block=256).block == 256  # the default fits
+
+
+# -- smaller hostile inputs: one clear error each ------------------------------------------------
+
+
+@pytest.fixture
+def hop_weights(monkeypatch, tmp_path):
+  """Points the shipped hop-scorer weights at `tmp_path / "w.safetensors"` (uncached)."""
+  from jaxsel._src.scorers import hops
+  path = tmp_path / "w.safetensors"
+  monkeypatch.setattr(hops, "WEIGHTS", str(path))
+  hops.load_hop_params.cache_clear()
+  yield hops, path
+  hops.load_hop_params.cache_clear()
+
+
+def test_missing_or_unreadable_hop_weights_name_the_file_when_the_pipeline_is_built(hop_weights,
+                                                                                   monkeypatch):
+  from jaxsel.testing import tiny_encoder
+  hops, path = hop_weights
+  enc = tiny_encoder()
+  for make, why in ((lambda: None, "there is no such file"), (path.mkdir, "it is a folder")):
+    make()
+    with pytest.raises(ValueError, match=rf"hop-scorer weights at {path}: {why}; reinstall"):
+      jaxsel.Pipeline(enc, method="corag")
+  path.rmdir()
+  path.write_bytes(b"x")
+  def failing_disk(*args, **kwargs):
+    raise OSError(5, "Input/output error")
+  monkeypatch.setattr(hops, "open", failing_disk, raising=False)
+  with pytest.raises(ValueError, match=rf"weights at {path}: Input/output error; reinstall"):
+    jaxsel.Pipeline(enc)  # no method: a question gets CORAG with the learned scorer
+  jaxsel.Pipeline(enc, method="coverage")  # methods that do not read them still build
+
+
+class _Words:
+  """A generator counting a prompt in words (what `answer` needs of one)."""
+  name = "words"
+
+  def prompt_tokens(self, prompt):
+    return len(prompt.split())
+
+  def generate(self, prompts, *, max_new_tokens):
+    return ["an answer"] * len(prompts)
+
+
+def test_answer_arguments_and_a_window_too_small_are_clear_errors():
+  from jaxsel._src.pipeline import reader
+  from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, fill_template
+  from jaxsel.testing import tiny_encoder
+  pipe = jaxsel.Pipeline(tiny_encoder(), method="coverage", generator=_Words())
+  docs = ["Alice wrote the book. Bob read it twice."]
+  for kwargs, match in (({"max_new_tokens": -100}, r"`max_new_tokens` must be at least 1"),
+                        ({"max_new_tokens": 0}, r"`max_new_tokens` must be at least 1"),
+                        ({"budget": "256"}, r"`budget` must be a finite number of tokens")):
+    with pytest.raises(ValueError, match=match):
+      pipe.answer("Who wrote it?", docs, **kwargs)
+  bare = _Words().prompt_tokens(fill_template(DEFAULT_TEMPLATE, ["Who wrote it?"], ""))
+  window = bare + 8 + 1  # the answer's 8 tokens and one more: no passage fits
+  with pytest.raises(ValueError, match=rf"context_window of {window} is too small for the "
+                     r"question, the template and the answer"):
+    reader.window_room(_Words(), "Who wrote it?", DEFAULT_TEMPLATE, context_window=window,
+                       max_new_tokens=8)
+  with pytest.raises(ValueError, match="too small for the question, the template and the answer"):
+    pipe.answer("Who wrote it?", docs, context_window=window, max_new_tokens=8)
+
+
+def test_a_token_count_no_text_has_is_a_clear_error():
+  counter = jaxsel.token_counter(lambda texts: [10**30 for _ in texts])
+  with pytest.raises(ValueError, match=r"returned 1,0[\d,]+ tokens for one text, more than any "
+                     "text holds"):
+    counter.count(["a"])
+
+
+@pytest.mark.parametrize("unit", ["sentence", "passage", "word"])
+def test_a_byte_order_mark_is_not_text(unit):
+  text = "Alice wrote the book. Bob read it twice.\n\nCarol reviewed it."
+  plain = jaxsel.split_text(text, unit=unit)
+  marked = jaxsel.split_text("\ufeff" + text, unit=unit)
+  assert [p.text for p in marked] == [p.text for p in plain]
+  assert [(p.start, p.end) for p in marked] == [(p.start + 1, p.end + 1) for p in plain]
+  inner = jaxsel.split_text("Alice \ufeffwrote it.", unit=unit)  # elsewhere: left alone
+  assert "\ufeff" in "".join(p.text for p in inner)

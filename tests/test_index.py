@@ -684,8 +684,8 @@ def test_metadata_nested_too_deep_is_refused_by_name():
 
 
 def test_adding_more_than_memory_holds_is_refused_before_any_copy(monkeypatch):
-  from jaxsel._src import memory
-  monkeypatch.setattr(memory, "available_bytes", lambda: 16 << 30)
+  from jaxsel._src import checks
+  monkeypatch.setattr(checks, "available_bytes", lambda: 16 << 30)
   huge = np.broadcast_to(np.ones(4096, np.float32), (1_000_000, 4096))  # a view: no memory
   start = time.monotonic()
   with pytest.raises(ValueError, match=r"`embeddings`=shape \[1,000,000, 4096\] needs about "

@@ -9,6 +9,11 @@ before whitespace, except after common abbreviations and single-letter initials 
 CJK `。`, `！`, `？` (no space needed); every line break. Blank lines separate paragraphs, and a
 passage never crosses a paragraph (a Markdown heading joins the paragraph below it).
 
+A byte order mark (U+FEFF) at the very start of a document (a file saved with one and read as
+"utf-8") is not text: it belongs to no passage, so it never reaches the LLM nor changes the split.
+Spans still count it (the first passage starts at 1), so they index the document as given; a
+U+FEFF anywhere else is left as it is.
+
 Every step is linear in the text (one pass per line, one batched tokenizer call per kind of
 count), so a document that is one 5 MB line splits as fast as one of many short lines.
 """
@@ -28,6 +33,7 @@ from jaxsel._src import checks
 from jaxsel._src.tokens import RULE_TOKEN, TokenCounter, token_counter
 
 UNITS = ("sentence", "passage", "word")
+BOM = "\ufeff"  # a byte order mark a file read as UTF-8 (not "utf-8-sig") begins with
 _HEADING_MARK = re.compile(r"(?m)^[ \t]{0,3}#{1,6}[ \t]+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 # A run of end marks is tried from its first mark only: from inside the run the match could only
@@ -301,6 +307,8 @@ def _joins(left: str, right: str) -> bool:
 
 def _split(text: str, unit: str, max_tokens: Optional[int], counter: TokenCounter,
            additive: bool, doc: int, source: Optional[str]) -> list:
+  if text.startswith(BOM):  # split as a space: no passage holds it, the offsets stay the caller's
+    text = " " + text[1:]
   if unit == "word":
     return _titled(text, _words(text, counter), doc, source)
   paragraphs = _paragraph_spans(text)

@@ -92,6 +92,9 @@ class TokenCounter:
     return self.words_fn(text)
 
 
+MAX_COUNT = 2**31 - 1  # a count above this is not a count of tokens (and overflows int64 later)
+
+
 def _check_counts(counts, n: int, name: str) -> np.ndarray:
   try:
     out = np.asarray(counts)
@@ -104,9 +107,12 @@ def _check_counts(counts, n: int, name: str) -> np.ndarray:
   if out.dtype == object:
     if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in out):
       raise TypeError(f"the token counter {name} must return ints, got {list(out)[:3]}...")
-    out = out.astype(np.int64)
   if n and out.min() < 0:
     raise ValueError(f"the token counter {name} returned a negative count ({int(out.min())}).")
+  if n and out.max() > MAX_COUNT:
+    raise ValueError(f"the token counter {name} returned {int(out.max()):,} tokens for one text, "
+                     f"more than any text holds (at most {MAX_COUNT:,} are counted); check that "
+                     "it returns a count of tokens per text.")
   return out.astype(np.int64)
 
 

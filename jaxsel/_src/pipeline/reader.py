@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src.generation import prompt_tokens
-from jaxsel._src.pipeline.result import fill_template
+from jaxsel._src.pipeline.result import fill_template, join_context
 from jaxsel._src.tokens import TokenCounter
 
 SEPARATOR = "\n\n"  # between passages, as `result.join_context` writes it
@@ -72,17 +72,21 @@ def window_room(generator, query: str, template: str, *, context_window,
                 max_new_tokens: int) -> tuple:
   """(the prompt's limit `context_window - max_new_tokens`, the tokens left for the context
   after the template, the question and the chat template), in `generator`'s tokens
-  (`generation.prompt_tokens`). A ValueError when the question and template alone do not fit."""
+  (`generation.prompt_tokens`). A ValueError when the question, the template, the answer
+  (`max_new_tokens`) and the shortest passage do not fit."""
   context_window = checks.integer(context_window, "context_window",
                                   what=" (the model's window in its tokens)")
   limit = context_window - int(max_new_tokens)
   bare = prompt_tokens(generator, fill_template(template, [query], ""))
-  if bare > limit:
+  # The shortest context there can be: one passage of one character, numbered.
+  least = prompt_tokens(generator, fill_template(template, [query], join_context(["."])))
+  if least > limit:
     raise ValueError(
-        f"The question and the template alone take {bare} of the generator's tokens (chat "
-        f"template included); with max_new_tokens={max_new_tokens} the context_window of "
-        f"{context_window} leaves {limit}. Shorten the question or the template, lower "
-        "max_new_tokens, or use a model with a larger window.")
+        f"The context_window of {context_window} is too small for the question, the template "
+        f"and the answer: the question and the template alone take {bare} of the generator's "
+        f"tokens (chat template included), {least} with the shortest passage, and "
+        f"max_new_tokens={max_new_tokens} (the answer) leaves {limit}. Use a larger "
+        "context_window, lower max_new_tokens, or shorten the question or the template.")
   return limit, limit - bare
 
 

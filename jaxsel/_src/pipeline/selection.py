@@ -43,6 +43,7 @@ from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
 from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, Answer, SelectionResult
 from jaxsel._src.checks import check_texts
+from jaxsel._src.scorers.hops import load_hop_params
 from jaxsel._src.search import raise_if_nonfinite
 from jaxsel._src.tokens import TokenCounter, token_counter
 
@@ -139,6 +140,8 @@ class Pipeline:
     self.generator = generator
     self.reader = None if tokenizer is None else token_counter(tokenizer)
     self.config = (config or PipelineConfig()).replace(**settings)
+    if self.config.method in (None, "corag") and self.config.corag_scorer == "learned_hops":
+      load_hop_params()  # cached; missing or damaged weights fail here, naming the file
     self._cache = EmbeddingCache()
     self._check_late_chunking()
 
@@ -514,6 +517,8 @@ class Pipeline:
     """
     if not isinstance(query, str):
       raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
+    checks.static_int(max_new_tokens, "max_new_tokens", 1, what="the longest answer in tokens")
+    checks.token_budget(budget, none="256, or what the window leaves")
     t0 = time.perf_counter()
     # The offline default's model is loaded once per process (`default_generator`); nothing
     # is stored on the Pipeline: `answer` leaves it as it was.

@@ -29,6 +29,7 @@ pick `g`, so the search looks for a first pick that makes a second one likely.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from typing import Mapping, Optional
@@ -36,7 +37,7 @@ from typing import Mapping, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors.numpy import load_file, save
+from safetensors.numpy import load, save
 
 from jaxsel._src.io import atomic_write, file_sha256
 from jaxsel._src.scorers.basic import link_scorer, relevance_scorer
@@ -221,15 +222,26 @@ def load_hop_params(path: Optional[str] = None, sha256: Optional[str] = None) ->
   Pipeline's solve), where JAX arrays made here would be that trace's tracers and leak."""
   if path is None:
     path, sha256 = WEIGHTS, WEIGHTS_SHA256
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"No learned hop-scorer weights at {path}; reinstall jaxsel or "
-                            "train them with training/train_hops.py.")
+  fix = ("reinstall jaxsel (pip install --force-reinstall jaxsel) or train them with "
+         "training/train_hops.py")
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:  # missing, a folder, no permission, a failing disk (EIO)
+    why = ("there is no such file" if isinstance(e, FileNotFoundError) else
+           "it is a folder" if isinstance(e, IsADirectoryError) else e.strerror or str(e))
+    raise ValueError(f"Cannot read the learned hop-scorer weights at {path}: {why}; {fix}.") from None
   if sha256 is not None:
-    got = file_sha256(path)
+    got = hashlib.sha256(data).hexdigest()
     if got != sha256:
       raise ValueError(f"The weights at {path} have SHA-256 {got}, expected {sha256}: the file is "
                        "damaged or not the one this jaxsel was released with; reinstall jaxsel.")
-  params = {k: np.array(v, np.float32) for k, v in load_file(path).items()}
+  try:
+    tensors = load(data)
+  except Exception as e:  # safetensors' own error types
+    raise ValueError(f"The learned hop-scorer weights at {path} are not a safetensors file "
+                     f"({e}); {fix}.") from None
+  params = {k: np.array(v, np.float32) for k, v in tensors.items()}
   for v in params.values():
     v.setflags(write=False)
   return params
