@@ -273,12 +273,23 @@ def _openai_generator(args):
                      "set or empty; export the API key in it (or leave the option out for a "
                      "server that needs no key).")
   tokenizer = reader_tokenizer(args.tokenizer) if getattr(args, "tokenizer", None) else None
+  if tokenizer is None:  # said in one line here, not as the library's UserWarning
+    tokenizer = jaxsel.token_counter(utf8_bytes)
+    if not args.quiet:
+      print("jaxsel: no --tokenizer: the context is counted as one token per UTF-8 byte (an "
+            "upper bound, about 4x the real count of English); pass --tokenizer to count "
+            "exactly.", file=sys.stderr)
   try:
     return jaxsel.OpenAIGenerator(args.openai_url, args.openai_model, api_key=key,
                                   tokenizer=tokenizer,
                                   **({} if args.timeout is None else {"timeout": args.timeout}))
   except (TypeError, ValueError) as e:
     raise CLIError(f"--openai-url/--openai-model: {e}", 2) from None
+
+
+def utf8_bytes(texts) -> list:
+  """One token per UTF-8 byte: `ask --openai-url`'s count without --tokenizer."""
+  return [len(t.encode("utf-8")) for t in texts]
 
 
 def input_files(paths: Sequence[str]) -> list:
@@ -709,7 +720,8 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
                       f"{LARGE_INPUT_CHARS // 1_000_000} MB of text still gets one line saying "
                       "how many passages it embeds, which takes minutes)")
   p.add_argument("--tokenizer", metavar="PATH_OR_NAME", default=None,
-                 help="count --budget and --max-tokens in the tokens of the LLM that reads the "
+                 help=f"count {'--budget and ' if budget else ''}--max-tokens in the tokens of "
+                      "the LLM that reads the "
                       "context: a tokenizer folder, a .gguf file, a hub id in the local cache, "
                       "a tiktoken encoding (o200k_base, cl100k_base) or smollm2 (default: the "
                       "answer model's for `ask`, else the encoder's word pieces)")

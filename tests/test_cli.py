@@ -337,7 +337,9 @@ def test_ask_through_an_openai_compatible_server(files, chat_server, monkeypatch
   question = "Who played Corliss Archer in Kiss and Tell?"
   base = ["ask", question, path, "--budget", "150", "--quiet", "--openai-url", url,
           "--openai-model", "served-model", "--max-new-tokens", "20"]
-  code, out = run(base + ["--json"])
+  with warnings.catch_warnings():  # no --tokenizer: no Python warning (a note, unless --quiet)
+    warnings.filterwarnings("error", message=".*has no tokenizer")
+    code, out = run(base + ["--json"])
   assert code == 0
   d = json.loads(out)
   assert d["answer"] == "stub answer" and d["generator"] == "served-model"
@@ -758,3 +760,9 @@ def test_ask_within_a_context_window(files, chat_server):
     assert counter.count_one(chat) <= window - max_new
   code, out = run(base + ["--context-window", "60"])
   assert code == 1
+
+
+def test_index_build_help_names_only_its_own_options(capsys):
+  assert cli.main(["index", "build", "--help"], out=io.StringIO()) == 0
+  text = capsys.readouterr().out
+  assert "--tokenizer" in text and "--budget" not in text  # it has no --budget
