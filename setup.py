@@ -15,7 +15,9 @@ import platform
 from setuptools import Extension, setup
 
 CSRC = os.path.join("jaxsel", "_src", "native", "csrc")
-SOURCES = [os.path.join(CSRC, name) for name in ("greedy.cc", "attention.cc")]
+SOURCES = [os.path.join(CSRC, name) for name in ("greedy.cc", "symmetry.cc", "attention.cc")]
+# The headers the sources include (a change rebuilds the libraries).
+HEADERS = [os.path.join(CSRC, name) for name in sorted(os.listdir(CSRC)) if name.endswith(".h")]
 # -ffp-contract=off: expressions are rounded as written (no fused multiply-adds the compiler
 # picks for one inlined copy of the code and not for another), so a gain is the same bits in
 # every code path and CPU variant, and NumPy's; the kernels ask for an FMA where they want one.
@@ -49,7 +51,7 @@ def extensions():
     return []
   return [Extension(f"jaxsel._src.native._kernels_{name}", sources=SOURCES,
                     include_dirs=[CSRC, include], extra_compile_args=FLAGS + march,
-                    depends=[os.path.join(CSRC, "parallel.h")], language="c++", optional=True)
+                    depends=HEADERS, language="c++", optional=True)
           for name, march in variants().items()]
 
 

@@ -29,7 +29,7 @@ LAZY = {"rouge_score", "transformers", "matplotlib", "orbax", "jax"}
 # folder); each kernel's wrapper sits beside its XLA reference, so `native` imports nothing
 # above it.
 LAYERS = [
-    ("base", "pytree", "checks", "memory", "io", "defaults"),
+    ("base", "pytree", "checks", "io", "defaults"),
     ("native",),
     ("numerics", "tokens", "text", "bridge", "answer_metrics", "generation"),
     ("objectives",),

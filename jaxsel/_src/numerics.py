@@ -1,5 +1,6 @@
 """The numbers every layer agrees on: unit vectors, cosine similarity and the rule that makes
-similarities non-negative (the submodular guarantee needs `s, r ≥ 0`), and a fast argmax.
+similarities non-negative (the submodular guarantee needs `s, r ≥ 0`), a fast argmax, and a
+check that an `[N, N]` array fits in memory before XLA:CPU tries to allocate it.
 
 Relevance `r_qj` and similarity `s_ij` are both `cosine_similarity` with a `nonneg` method
 (default ``"clip"``): the Pipeline, the method registry, the index and the training code all
@@ -12,9 +13,10 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jaxsel._src import checks, memory
+from jaxsel._src import checks
 
 Array = jax.Array
 
@@ -76,7 +78,7 @@ def cosine_similarity(a, b=None, *, nonneg: Optional[str] = "clip", eps: float =
       raise ValueError(f"`b` must be [..., M, {a.shape[-1]}] to match `a`'s dimension, got {b.shape}.")
     checks.check_finite(b, "b")
   out_shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-2])
-  memory.check_fits(out_shape, jnp.result_type(a, b), 1 if nonneg is None else 2,
+  check_fits(out_shape, jnp.result_type(a, b), 1 if nonneg is None else 2,
                     "The similarity matrix")
   sim = jnp.einsum("...nd,...md->...nm", l2_normalize(a, eps), l2_normalize(b, eps),
                    precision=lax.Precision.HIGHEST)
@@ -89,3 +91,20 @@ def first_argmax(x: Array) -> Array:
   top = jnp.max(x, axis=-1, keepdims=True)
   n = x.shape[-1]
   return jnp.min(jnp.where(x == top, jnp.arange(n, dtype=jnp.int32), n), axis=-1)
+
+
+def check_fits(shape, dtype, copies: int, what: str) -> None:
+  """Raises `MemoryError` before allocating `copies` arrays of `shape` and `dtype` that cannot
+  fit, naming the size and the objectives that need no `[N, N]` matrix. (XLA:CPU aborts the
+  whole process on such an allocation instead of raising.)"""
+  need = copies * int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+  if need < 1 << 30:  # below 1 GiB: not worth a system call
+    return
+  free = checks.available_bytes()
+  if free is not None and need > free:
+    raise MemoryError(
+        f"{what} of shape {tuple(shape)} needs about {need / 2**30:.1f} GiB "
+        f"({copies} × {np.dtype(dtype).name}), but only {free / 2**30:.1f} GiB is free. For large "
+        "ground sets use the objectives without an [N, N] matrix: "
+        "`jaxsel.facility_location_from_embeddings` / `saturated_coverage_from_embeddings` "
+        "(matrix-free) or `jaxsel.knn_facility_location` / `knn_saturated_coverage` (sparse).")

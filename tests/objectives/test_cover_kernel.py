@@ -430,12 +430,10 @@ def _clustered(n, seed):
 
 
 @pytest.mark.parametrize("case", ["coverage", "weighted", "ratio"])
-def test_byte_bounds_keep_celf_picks(case):
-  """One large float32 lazy problem (N ≥ 2048) first bounds a stale top from its row rounded
-  up to bytes (whole-number bounds for coverage, the rows' float decode when weighted) and
-  reads the float32 row only when that bound keeps it on top: picks and gains equal dense
-  greedy's bit for bit (and the NumPy CELF's / the XLA path's), the certificate stays at or
-  above dense greedy's (its stale keys are still upper bounds)."""
+def test_large_lazy_keeps_celf_picks(case):
+  """One large float32 lazy problem (N ≥ 2048, its steps spread over the threads): picks and
+  gains equal dense greedy's bit for bit (and the NumPy CELF's / the XLA path's), the
+  certificate stays at or above dense greedy's (its stale keys are still upper bounds)."""
   n, k = 2100, 40
   sim, rng = _clustered(n, seed=3)
   valid = np.ones(n, bool)
@@ -462,12 +460,10 @@ def test_byte_bounds_keep_celf_picks(case):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_byte_bounds_hold_on_rows_of_every_scale(weighted):
-  """The byte bounds on candidate rows of many scales: several byte steps in one problem (the
-  rows of the common step bounded in whole numbers, the others by their float decode), rows
-  whose largest entry is above 255 (entries divided by their step), subnormal entries beside
-  normal ones, all-zero rows and rows too small for a step (below 2^-100): no bound falls
-  below a gain, so lazy picks, gains and values equal dense greedy's bit for bit."""
+def test_lazy_holds_on_rows_of_every_scale(weighted):
+  """Lazy greedy on candidate rows of many scales (rows scaled by 0.7-1.4 and by 300,
+  subnormal entries beside normal ones, all-zero rows, rows below 2^-100): no stale bound
+  falls below a gain, so lazy picks, gains and values equal dense greedy's bit for bit."""
   n, k = 2100, 40
   sim, rng = _clustered(n, seed=5)
   scale = np.ones(n, np.float32)

@@ -152,8 +152,8 @@ def test_matrix_beyond_memory_is_a_clear_error_before_allocating(monkeypatch):
     with pytest.raises(MemoryError, match="knn_facility_location"):
       build(huge)
   # The check follows the memory there is: with plenty free it lets a moderate matrix through.
-  from jaxsel._src import memory as _memory
-  monkeypatch.setattr(_memory, "available_bytes", lambda: 1 << 31)
+  from jaxsel._src import checks
+  monkeypatch.setattr(checks, "available_bytes", lambda: 1 << 31)
   with pytest.raises(MemoryError, match="only 2.0 GiB is free"):
     jaxsel.cosine_similarity(np.ones((20_000, 4), np.float32))  # 2 × 1.6 GB
 
@@ -203,11 +203,10 @@ def test_symmetric_input_is_used_without_a_copy(n):
 @pytest.mark.parametrize("n", [3, 8, 37, 300])
 def test_symmetry_found_in_the_checking_pass(n, monkeypatch):
   """One float32 matrix, `symmetric=None`: the checking pass also tests symmetry (a randomized
-  test on the entries' bits) and writes the straight copy where one is needed, so a symmetric
-  NumPy matrix (unaligned, as NumPy allocates it) is never transposed nor compared pairwise;
-  one asymmetric entry anywhere (one ulp, at the ragged edge too) is found and transposed. The
-  caller's array is left as it was; picks equal those of the transposing path."""
-  from jaxsel._src.objectives import cover_kernel as ck
+  test on the entries' bits), so a symmetric matrix (NumPy, aligned or not, or a jax.Array)
+  is never transposed; one asymmetric entry anywhere (one ulp, at the ragged edge too) is
+  found and transposed. The caller's array is left as it was; picks equal those of the transposing path."""
+  from jaxsel._src.objectives import dense
   sim = _sym(n, seed=n)
   unaligned = np.empty(n * n + 1, np.float32)[1:].reshape(n, n)
   unaligned[...] = sim
@@ -215,24 +214,18 @@ def test_symmetry_found_in_the_checking_pass(n, monkeypatch):
   start = (-aligned.ctypes.data) % 64 // 4
   aligned = aligned[start:start + n * n].reshape(n, n)
   aligned[...] = sim
-  copy, symmetric_pass = ck.host_copy, ck.host_symmetric
+  transpose = dense._numpy_candidate_major
 
-  def no_transpose(*a, transpose, **kw):
-    assert not transpose, "a symmetric matrix was transposed"
-    return copy(*a, transpose=transpose, **kw)
+  def never(*a, **kw):
+    raise AssertionError("a symmetric matrix was transposed")
 
-  def no_pairwise(*a, **kw):
-    raise AssertionError("compared pairwise")
-
-  monkeypatch.setattr(ck, "host_copy", no_transpose)
-  monkeypatch.setattr(ck, "host_symmetric", no_pairwise)
+  monkeypatch.setattr(dense, "_numpy_candidate_major", never)
   for s in (unaligned, aligned, jnp.asarray(sim)):
     obj = jaxsel.coverage(s)
     np.testing.assert_array_equal(obj.sim_t, sim)
     np.testing.assert_array_equal(np.asarray(s), sim)  # untouched
   assert jaxsel.coverage(aligned).sim_t.unsafe_buffer_pointer() == aligned.ctypes.data
-  monkeypatch.setattr(ck, "host_copy", copy)
-  monkeypatch.setattr(ck, "host_symmetric", symmetric_pass)
+  monkeypatch.setattr(dense, "_numpy_candidate_major", transpose)
   k = min(n, 5)
   want = jaxsel.greedy(jaxsel.coverage(sim, symmetric=False), k=k).indices
   np.testing.assert_array_equal(jaxsel.greedy(jaxsel.coverage(unaligned), k=k).indices, want)

@@ -48,6 +48,7 @@ _NEEDS = {"x86_64_v4": _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "av
 TARGETS = {
     "jaxsel_cover_gains": "JaxselCoverGains",
     "jaxsel_cover_greedy": "JaxselCoverGreedy",
+    "jaxsel_symmetry_check": "JaxselSymmetryCheck",
     "jaxsel_attention": "JaxselAttention",
 }
 
@@ -106,13 +107,6 @@ _warned = False
 def available() -> bool:
   """Whether the kernels are loaded (built, supported by this CPU, not turned off)."""
   return _LIB is not None
-
-
-def host_function(name: str):
-  """The loaded library's exported C function `name` (a `ctypes` function, for kernels called
-  on host memory rather than through XLA), or None when the kernels are not loaded or the
-  library has no such symbol."""
-  return getattr(_LIB, name, None) if _LIB is not None else None
 
 
 def status() -> str:

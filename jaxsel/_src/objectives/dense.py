@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsel._src import checks, memory, native, pytree
+from jaxsel._src import checks, native, pytree
 from jaxsel._src.base import Objective, Selection
-from jaxsel._src.numerics import NEGATIVE_FIX
+from jaxsel._src.numerics import NEGATIVE_FIX, check_fits
 from jaxsel._src.objectives import cover_kernel, rows
 
 Array = jax.Array
@@ -173,72 +173,61 @@ def _host_view(similarity) -> Optional[np.ndarray]:
   return None
 
 
-def _raise_bad(sim: np.ndarray, least: float, bad: bool) -> None:
-  """The input checks' own errors, where the host kernels' one pass found something."""
-  if bad or not least >= 0:
+def _check_host(sim: np.ndarray, least: Optional[float] = None, finite: Optional[bool] = None) -> None:
+  """The input checks of a host matrix: from the least entry and finiteness where a kernel has
+  found them, else from NumPy's min and max (two passes; min and max propagate NaN, so finite
+  extremes with a least entry >= 0 mean every entry is finite and >= 0). The checks' own
+  errors where something is wrong."""
+  if least is None:
+    least, most = float(np.min(sim)), float(np.max(sim))
+    finite = bool(np.isfinite(least) and np.isfinite(most))
+  if not finite or not least >= 0:
     checks.check_finite(sim, "similarity")
     checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
 
 
 def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype,
                           symmetric: Optional[bool], keep=None) -> Array:
-  """Checks `sim` `[..., N, N]` (host memory, item-major) and returns it as a candidate-major
-  device array, zeroed on invalid rows and columns, with as few passes as the input allows.
+  """Checks `sim` `[..., N, N]` (host memory, item-major; `keep`: the CPU jax.Array it views,
+  if any) and returns it as a candidate-major device array, zeroed on invalid rows and columns.
 
-  With the native host kernels (`cover_kernel.host_copy`): one pass checks and writes the
-  transposed copy into a 64-byte aligned buffer, which `jax.device_put` then shares. A
-  symmetric matrix needs no transpose: promised (`symmetric=True`) it is checked and used as
-  it is where no copy is needed (`dtype` already, no mask, aligned memory or `keep`, the
-  jax.Array it views), copied straight otherwise. `symmetric=None` finds out: for one float32
-  problem kept in float32 without a mask, by a randomized test in the checking pass
-  (`cover_kernel.host_symmetry_hash`, which also writes the straight copy where one is needed;
-  a failed test then costs the transposed copy on top); elsewhere, where the matrix could be
-  used as it is, by one comparing pass that stops at the first difference (measured slower
-  than a copy, so not done where a copy is needed anyway). `dtype` is the device dtype
+  A symmetric matrix is its own candidate-major layout, so it needs no transpose: promised
+  (`symmetric=True`) it is used as it is (`keep`, or `jax.device_put`, which shares 64-byte
+  aligned memory and copies otherwise). `symmetric=None` finds out for one float32 problem
+  without a mask, in the checking pass (`cover_kernel.symmetry_check`, a randomized test); a
+  failed test then costs the transposed copy. Everything else is transposed by NumPy into
+  aligned memory that `jax.device_put` shares. `dtype` is the device dtype
   (`checks.host_float_dtype`)."""
   masked = valid is not None and not valid.all()
   if not sim.size:
     return jax.device_put(np.zeros(sim.shape, dtype))
-  if not cover_kernel.host_applies(sim, dtype):
-    checks.check_finite(sim, "similarity")
-    checks.check_nonnegative(sim, "similarity", NEGATIVE_FIX)
-    return _numpy_candidate_major(sim, valid if masked else None, dtype, transpose=not symmetric)
-  as_is = sim.dtype == dtype and not masked and (keep is not None or sim.ctypes.data % 64 == 0)
-  if symmetric is None and not masked and cover_kernel.hash_applies(sim, dtype):
-    # One float32 problem: the checks and a randomized symmetry test in one pass, which also
-    # writes the straight copy where one is needed; the transposed copy only if it fails.
-    out = None if as_is else memory.aligned_empty(sim.shape, dtype)
-    sym, least, bad = cover_kernel.host_symmetry_hash(sim, out)
-    _raise_bad(sim, least, bad)
-    if sym:
-      return keep if out is None and keep is not None else jax.device_put(sim if out is None else out)
-    out = memory.aligned_empty(sim.shape, dtype) if out is None else out
-    cover_kernel.host_copy(sim, out, transpose=True, valid=None)
-    return jax.device_put(out)
-  sym = bool(symmetric)
-  if as_is and symmetric is not False:
-    if symmetric:
-      least, bad, _ = cover_kernel.host_copy(sim, None, transpose=False, valid=None)
-    else:
-      sym, least, bad = cover_kernel.host_symmetric(sim)
-    if sym:
-      _raise_bad(sim, least, bad)
-      return keep if keep is not None else jax.device_put(sim)
-  out = memory.aligned_empty(sim.shape, dtype)
-  least, bad_in, bad_out = cover_kernel.host_copy(sim, out, transpose=not sym,
-                                                   valid=valid if masked else None)
-  _raise_bad(sim, least, bad_in)
-  if bad_out:  # float64 → float32 without x64: a huge finite value became inf
-    checks.check_finite(out, "similarity (as float32)")
-  return jax.device_put(out)
+  if symmetric is None and not masked and cover_kernel.symmetry_applies(sim, dtype):
+    x = keep if keep is not None else jax.device_put(sim)
+    sym, least, finite = cover_kernel.symmetry_check(x)
+    _check_host(sim, least, finite)
+    return x if sym else _numpy_candidate_major(sim, None, dtype, transpose=True)
+  _check_host(sim)
+  if symmetric and not masked and sim.dtype == dtype:
+    return keep if keep is not None else jax.device_put(sim)
+  return _numpy_candidate_major(sim, valid if masked else None, dtype, transpose=not symmetric)
+
+
+def _aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
+  """An uninitialised NumPy array whose data starts on an `align`-byte boundary, which
+  `jax.device_put` on the CPU shares instead of copying."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = np.empty(nbytes + align, np.uint8)
+  start = (-raw.ctypes.data) % align
+  return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def _numpy_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype, *,
                            transpose: bool) -> Array:
-  """The NumPy fallback of `_host_candidate_major` (no native kernels, or an input they do not
-  take): the transpose tile by tile into an aligned buffer that `jax.device_put` shares."""
+  """`sim` (checked) as a candidate-major device array: transposed tile by tile (where
+  `transpose`) into aligned memory that `jax.device_put` shares, masked by `valid`."""
   n = sim.shape[-1]
-  out = memory.aligned_empty(sim.shape, dtype)
+  out = _aligned_empty(sim.shape, dtype)
   with np.errstate(over="ignore"):  # a float64 value beyond float32 is caught just below
     if transpose:
       for i in range(0, n, _HOST_BLOCK):
@@ -270,7 +259,7 @@ def _prepare(similarity, relevance, valid, *, need_relevance: bool, symmetric: O
   n = sim.shape[-1]
   batch = sim.shape[:-2]
   # The candidate-major copy (and, on the device, the masked one) must fit.
-  memory.check_fits(sim.shape, host_dtype if host is not None else sim.dtype,
+  check_fits(sim.shape, host_dtype if host is not None else sim.dtype,
                     1 + (host is None and valid is not None),
                     "The candidate-major copy of `similarity`")
   if host is None:
@@ -327,9 +316,7 @@ def facility_location(similarity, relevance=None, *, valid=None, symmetric: Opti
       inputs where that can save the copy: a single float32 `[N, N]` without a mask (NumPy,
       or a CPU `jax.Array`) by a randomized test in the checking pass (Freivalds' test on the
       entries' bits: a symmetric matrix always passes, another one fails except with
-      probability below 2^-32), a batch or float64 matrix of the device dtype in 64-byte
-      aligned memory by an exact comparing pass; otherwise it transposes. ``False`` always
-      transposes.
+      probability below 2^-32); otherwise it transposes. ``False`` always transposes.
     backend: where gains are computed: ``"auto"`` (the native CPU kernels where they apply),
       ``"native"`` or ``"xla"`` (`jaxsel.greedy(backend=...)` can override it).
   Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.

@@ -1,0 +1,76 @@
+// A candidate's marginal gain, reduced from its similarity row: the one code every greedy path
+// (the gains kernel, dense and lazy steps, the item-major gainer's lanes) agrees with bit for
+// bit. Terms go to two accumulators in a fixed pattern and are folded by one tree (Fold).
+#ifndef JAXSEL_CSRC_GAINS_H_
+#define JAXSEL_CSRC_GAINS_H_
+
+#include <cstdint>
+
+#include "simd.h"
+
+namespace jaxsel {
+
+// Σ_i max(0, w·p[i] − c[i]); p a row of T, or a ByteRow (T = float).
+template <typename T, bool kWeighted, typename P>
+inline T RowGain(P p, const T* __restrict c, T w, int64_t n) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  const V zero = {};
+  const V wv = zero + w;
+  V a0 = zero, a1 = zero;
+  auto term = [&](V x, V cv) {
+    V d = (kWeighted ? wv * x : x) - cv;
+    return Relu(d);
+  };
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    a0 += term(LoadRow(p + i), Load<V>(c + i));
+    a1 += term(LoadRow(p + i + L), Load<V>(c + i + L));
+  }
+  if (i + L <= n) {
+    a0 += term(LoadRow(p + i), Load<V>(c + i));
+    i += L;
+  }
+  if (i < n) a1 += term(LoadRowTail(p + i, n - i), LoadTail<T>(c + i, n - i));
+  return Fold<T>(a0 + a1);
+}
+
+// Σ_i max(0, min(r[i], p[i]) − c[i]): saturated coverage, c = min(r, best so far).
+template <typename T>
+inline T RowGainSat(const T* __restrict p, const T* __restrict r, const T* __restrict c, int64_t n) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  const V zero = {};
+  V a0 = zero, a1 = zero;
+  auto term = [&](V x, V rv, V cv) {
+    V m = x < rv ? x : rv;
+    V d = m - cv;
+    return Relu(d);
+  };
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    a0 += term(Load<V>(p + i), Load<V>(r + i), Load<V>(c + i));
+    a1 += term(Load<V>(p + i + L), Load<V>(r + i + L), Load<V>(c + i + L));
+  }
+  if (i + L <= n) {
+    a0 += term(Load<V>(p + i), Load<V>(r + i), Load<V>(c + i));
+    i += L;
+  }
+  if (i < n) a1 += term(LoadTail<T>(p + i, n - i), LoadTail<T>(r + i, n - i), LoadTail<T>(c + i, n - i));
+  return Fold<T>(a0 + a1);
+}
+
+// Σ_i x[i].
+template <typename T>
+inline T Sum(const T* __restrict x, int64_t n) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  V a = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) a += Load<V>(x + i);
+  if (i < n) a += LoadTail<T>(x + i, n - i);
+  return Fold<T>(a);
+}
+}  // namespace jaxsel
+
+#endif  // JAXSEL_CSRC_GAINS_H_
