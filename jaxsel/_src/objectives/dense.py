@@ -193,15 +193,18 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
 
   A symmetric matrix is its own candidate-major layout, so it needs no transpose: promised
   (`symmetric=True`) it is used as it is (`keep`, or `jax.device_put`, which shares 64-byte
-  aligned memory and copies otherwise). `symmetric=None` finds out for one float32 problem
-  without a mask, in the checking pass (`cover_kernel.symmetry_check`, a randomized test); a
-  failed test then costs the transposed copy. Everything else is transposed by NumPy into
-  aligned memory that `jax.device_put` shares. `dtype` is the device dtype
+  aligned memory and copies otherwise). `symmetric=None` finds out where the device array
+  needs no copy (one float32 problem without a mask, a CPU jax.Array or 64-byte aligned NumPy
+  memory), in the checking pass (`cover_kernel.symmetry_check`, a randomized test); a failed
+  test then costs the transposed copy. Everything else is transposed by NumPy into aligned
+  memory that `jax.device_put` shares: for NumPy's own (16-byte aligned) arrays that measured
+  faster than the device copy plus the test (bench/RESULTS.md). `dtype` is the device dtype
   (`checks.host_float_dtype`)."""
   masked = valid is not None and not valid.all()
   if not sim.size:
     return jax.device_put(np.zeros(sim.shape, dtype))
-  if symmetric is None and not masked and cover_kernel.symmetry_applies(sim, dtype):
+  shared = keep is not None or sim.ctypes.data % 64 == 0  # jax.device_put shares, no copy
+  if symmetric is None and not masked and shared and cover_kernel.symmetry_applies(sim, dtype):
     x = keep if keep is not None else jax.device_put(sim)
     sym, least, finite = cover_kernel.symmetry_check(x)
     _check_host(sim, least, finite)
@@ -313,10 +316,11 @@ def facility_location(similarity, relevance=None, *, valid=None, symmetric: Opti
     symmetric: whether `s_ij = s_ji` (cosine similarity is), which saves the candidate-major
       copy. ``True`` is the caller's promise, not verified (a matrix that is not symmetric
       then gives the objective of its transpose); ``None`` (default) finds out on concrete
-      inputs where that can save the copy: a single float32 `[N, N]` without a mask (NumPy,
-      or a CPU `jax.Array`) by a randomized test in the checking pass (Freivalds' test on the
-      entries' bits: a symmetric matrix always passes, another one fails except with
-      probability below 2^-32); otherwise it transposes. ``False`` always transposes.
+      inputs where that saves the copy: a single float32 `[N, N]` without a mask, a CPU
+      `jax.Array` or NumPy memory aligned to 64 bytes, by a randomized test in the checking
+      pass (Freivalds' test on the entries' bits: a symmetric matrix always passes, another
+      one fails except with probability below 2^-32); otherwise it transposes. ``False``
+      always transposes.
     backend: where gains are computed: ``"auto"`` (the native CPU kernels where they apply),
       ``"native"`` or ``"xla"`` (`jaxsel.greedy(backend=...)` can override it).
   Leading batch axes `[B, ...]` on every argument give a batch of objectives for `vmap`.
