@@ -9,11 +9,10 @@ The public API is this module's `__all__`; the implementation lives in `jaxsel._
 Each public name is imported on first use (PEP 562 `__getattr__`), so `import jaxsel` costs
 next to nothing and a program pays only for what it touches: the encoders' transformers and
 Flax, the answer metrics' rouge-score and NLTK, the agent's Orbax stay unloaded until used.
-The imports below are the one list of where each name lives: type checkers and IDEs read them
-as usual, and `__getattr__` reads the same statements to know which module to load.
+`_LAZY` maps each public name to its module; the `TYPE_CHECKING` imports list the same names
+for type checkers and IDEs (`tests/test_layout.py` checks that the two agree).
 """
 
-import ast as _ast
 import importlib as _importlib
 from typing import TYPE_CHECKING
 
@@ -150,22 +149,93 @@ __all__ = [
 ]
 
 
-_SOURCES = {}  # public name -> the module that defines it, read once from the block above
-
-
-def _sources() -> dict:
-  if not _SOURCES:
-    with open(__file__, encoding="utf-8") as f:
-      tree = _ast.parse(f.read())
-    block = next(node for node in tree.body if isinstance(node, _ast.If)
-                 and getattr(node.test, "id", None) == "TYPE_CHECKING")
-    _SOURCES.update({alias.asname or alias.name: node.module for node in block.body
-                     for alias in node.names})
-  return _SOURCES
+# Public name -> the module that defines it (`__getattr__` imports it on first use). Type
+# checkers read the `TYPE_CHECKING` imports above, which list the same names (a test checks).
+_LAZY = {
+    "NO_ITEM": "jaxsel._src.base",
+    "Configurator": "jaxsel._src.base",
+    "Encoder": "jaxsel._src.base",
+    "Generator": "jaxsel._src.base",
+    "Objective": "jaxsel._src.base",
+    "Scorer": "jaxsel._src.base",
+    "SearchResult": "jaxsel._src.base",
+    "Selection": "jaxsel._src.base",
+    "cosine_similarity": "jaxsel._src.numerics",
+    "nonnegative": "jaxsel._src.numerics",
+    "coverage": "jaxsel._src.objectives.dense",
+    "facility_location": "jaxsel._src.objectives.dense",
+    "saturated_coverage": "jaxsel._src.objectives.dense",
+    "facility_location_from_embeddings": "jaxsel._src.objectives.matrix_free",
+    "saturated_coverage_from_embeddings": "jaxsel._src.objectives.matrix_free",
+    "KnnGraph": "jaxsel._src.objectives.knn",
+    "knn_facility_location": "jaxsel._src.objectives.knn",
+    "knn_graph": "jaxsel._src.objectives.knn",
+    "knn_saturated_coverage": "jaxsel._src.objectives.knn",
+    "greedy": "jaxsel._src.greedy",
+    "saturation_point": "jaxsel._src.greedy",
+    "weighted_sum": "jaxsel._src.scorers.base",
+    "link_scorer": "jaxsel._src.scorers.basic",
+    "objective_scorer": "jaxsel._src.scorers.basic",
+    "pairwise_scorer": "jaxsel._src.scorers.basic",
+    "relevance_scorer": "jaxsel._src.scorers.basic",
+    "title_links": "jaxsel._src.scorers.basic",
+    "cross_encoder_scorer": "jaxsel._src.scorers.model",
+    "embedding_scorer": "jaxsel._src.scorers.model",
+    "corag_search": "jaxsel._src.search",
+    "exhaustive_search": "jaxsel._src.baselines",
+    "mmr": "jaxsel._src.baselines",
+    "naive_rag": "jaxsel._src.baselines",
+    "candidate_sharded_greedy": "jaxsel._src.sharding",
+    "shard_batch": "jaxsel._src.sharding",
+    "sharded_greedy": "jaxsel._src.sharding",
+    "sharded_search": "jaxsel._src.sharding",
+    "sharded_vmap": "jaxsel._src.sharding",
+    "EncoderConfig": "jaxsel._src.encoders.config",
+    "SentenceEncoder": "jaxsel._src.encoders.sentence",
+    "TokenEmbeddings": "jaxsel._src.encoders.sentence",
+    "load_encoder": "jaxsel._src.encoders.sentence",
+    "CrossEncoder": "jaxsel._src.encoders.cross",
+    "load_cross_encoder": "jaxsel._src.encoders.cross",
+    "TokenCounter": "jaxsel._src.tokens",
+    "token_counter": "jaxsel._src.tokens",
+    "Passage": "jaxsel._src.text",
+    "split_documents": "jaxsel._src.text",
+    "split_text": "jaxsel._src.text",
+    "token_costs": "jaxsel._src.text",
+    "SearchHits": "jaxsel._src.index",
+    "VectorIndex": "jaxsel._src.index",
+    "Request": "jaxsel._src.methods",
+    "PipelineConfig": "jaxsel._src.pipeline.config",
+    "Pipeline": "jaxsel._src.pipeline.selection",
+    "available_methods": "jaxsel._src.pipeline.selection",
+    "available_scorers": "jaxsel._src.pipeline.selection",
+    "default_method": "jaxsel._src.pipeline.selection",
+    "Answer": "jaxsel._src.pipeline.result",
+    "SelectionResult": "jaxsel._src.pipeline.result",
+    "EndpointError": "jaxsel._src.generation",
+    "OpenAIGenerator": "jaxsel._src.generation",
+    "TransformersGenerator": "jaxsel._src.generation",
+    "load_generator": "jaxsel._src.generation",
+    "answer_scores": "jaxsel._src.answer_metrics",
+    "AgentConfig": "jaxsel._src.agent.config",
+    "SearchChoice": "jaxsel._src.agent.config",
+    "ConfigAgent": "jaxsel._src.agent.model",
+    "load_agent": "jaxsel._src.agent.params",
+    "save_agent": "jaxsel._src.agent.params",
+    "AgentDataset": "jaxsel._src.agent.train",
+    "TrainConfig": "jaxsel._src.agent.train",
+    "make_dataset": "jaxsel._src.agent.train",
+    "split_dataset": "jaxsel._src.agent.train",
+    "train_agent": "jaxsel._src.agent.train",
+    "files": "jaxsel",
+    "hop_scorer": "jaxsel",
+    "registry": "jaxsel",
+    "testing": "jaxsel",
+}
 
 
 def __getattr__(name: str):
-  module = _sources().get(name)
+  module = _LAZY.get(name)
   if module is None:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
   if module == __name__:  # a submodule (`jaxsel.testing`)

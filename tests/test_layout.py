@@ -4,6 +4,11 @@ sit at the top of modules, and runtime checks are real checks (no `assert`)."""
 
 import ast
 import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import jaxsel
 
@@ -189,3 +194,48 @@ def test_public_surface_is_exactly_all():
   # Beyond `__all__`, only the applications appear (as submodules, once something imports them).
   stray = public - set(jaxsel.__all__) - {"cli", "integrations"}
   assert not stray, stray  # no internal module or helper leaks as jaxsel.<name>
+
+
+def test_the_lazy_table_lists_what_the_type_checking_imports_list():
+  """Issue 34.4: `__init__.py` no longer parses its own source to find where names live; its
+  explicit `_LAZY` table and the `TYPE_CHECKING` imports name the same modules."""
+  init = Path(jaxsel.__file__)
+  tree = ast.parse(init.read_text("utf-8"))
+  block = next(n for n in tree.body if isinstance(n, ast.If)
+               and getattr(n.test, "id", None) == "TYPE_CHECKING")
+  declared = {a.asname or a.name: node.module for node in block.body for a in node.names}
+  assert declared == jaxsel._LAZY
+  assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import)
+              and any(a.name == "ast" for a in n.names)]
+
+
+def test_core_dependencies_are_what_selection_needs():
+  """Issue 34.4: matplotlib, rouge-score, orbax and torch are extras; without them installed
+  `import jaxsel; jaxsel.greedy` works, and the features that need them name their extra."""
+  import tomllib
+  project = tomllib.loads((Path(jaxsel.__file__).parents[1] / "pyproject.toml").read_text())["project"]
+  core = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+  assert not core & {"matplotlib", "rouge-score", "orbax-checkpoint", "torch"}
+  extras = project["optional-dependencies"]
+  assert any(d.startswith("matplotlib") for d in extras["plot"])
+  assert any(d.startswith("rouge-score") for d in extras["eval"])
+  assert any(d.startswith("orbax-checkpoint") for d in extras["train"])
+  code = textwrap.dedent("""
+      import sys
+      for m in ("matplotlib", "rouge_score", "orbax", "torch"):
+          sys.modules[m] = None  # as if not installed: importing it raises ImportError
+      import jaxsel, jax.numpy as jnp
+      sim = jnp.eye(4) + 0.1
+      assert int(jaxsel.greedy(jaxsel.coverage(sim), k=2).count) == 2
+      res = jaxsel.Pipeline(jaxsel.testing.tiny_encoder()).select(None, ["One. Two. Three."], k=1)
+      try:
+          res.plot("x.png")
+      except ImportError as e:
+          assert 'jaxsel[plot]' in str(e), e
+      else:
+          raise AssertionError("plot without matplotlib")
+      print("ok")
+  """)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       cwd=str(Path(jaxsel.__file__).parents[1]))
+  assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

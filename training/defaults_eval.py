@@ -72,8 +72,11 @@ def second_tokenizer():
   return jaxsel.token_counter(str(smollm2_gguf_path()))
 
 
-def run_set(name: str, form: str, *, base, cache: str, budget: int, limit=None, log=print) -> dict:
-  """`{method: [Q] joint recall}` plus `over_budget` counts for one set and form."""
+def run_set(name: str, form: str, *, base, cache: str, budget: int, limit=None, every: int = 1,
+            log=print) -> dict:
+  """`{method: [Q] joint recall}` plus `over_budget` counts for one set and form; the adapters
+  run on every `every`-th question (NaN elsewhere), and `agree` counts the questions where an
+  adapter picked exactly the set `Pipeline(enc)` picked."""
   examples = hop_features.load_examples(name, limit=limit)
   enc = hop_features.encoder_for(name, form, cache=cache, base=base)
   counter, second = jaxsel.token_counter(enc), second_tokenizer()
@@ -82,34 +85,45 @@ def run_set(name: str, form: str, *, base, cache: str, budget: int, limit=None, 
   checked = {a: adapter(a, enc, budget, tokenizer=second) for a in ADAPTERS}
   joint = {m: [] for m in METHODS}
   over = {f"{a}:{unit}": 0 for a in ADAPTERS for unit in ("encoder", "second")}
+  agree = {a: 0 for a in ADAPTERS}
   t0 = time.time()
-  for ex in examples:
+  for q, ex in enumerate(examples):
     passages = hop_features.paragraph_passages(ex, form, enc.tokenizer)
     texts = [p.text for p in passages]
     gold = {i for i, g in enumerate(ex.gold) if g}
     picks = {m: [int(i) for i in pipe.select(ex.question, passages, budget=budget).indices]
              for m, pipe in pipes.items()}
     for a in ADAPTERS:
+      if q % every:
+        picks[a] = None
+        continue
       picks[a] = adapters[a](ex.question, texts)
+      agree[a] += int(set(picks[a]) == set(picks["pipeline"]))
       over[f"{a}:encoder"] += int(counter.count([texts[i] for i in picks[a]]).sum() > budget) \
           if picks[a] else 0
       in_second = checked[a](ex.question, texts)
       over[f"{a}:second"] += int(second.count([texts[i] for i in in_second]).sum() > budget) \
           if in_second else 0
     for m in METHODS:
-      joint[m].append(float(gold <= set(picks[m])))
+      joint[m].append(np.nan if picks[m] is None else float(gold <= set(picks[m])))
+    if q % 20 == 19:
+      enc.save()
+      log(f"  {name} {form}: {q + 1} questions, {time.time() - t0:.0f}s", flush=True)
   enc.save()
   log(f"{name} {form}: {len(examples)} questions in {time.time() - t0:.0f}s")
-  return {"n": len(examples), "joint": joint, "over_budget": over}
+  return {"n": len(examples), "joint": joint, "over_budget": over, "agree": agree}
 
 
 def summary(res: dict) -> dict:
   naive = np.asarray(res["joint"]["naive"])
-  out = {"n": res["n"], "naive": float(naive.mean() * 100), "over_budget": res["over_budget"]}
+  out = {"n": res["n"], "naive": float(naive.mean() * 100), "over_budget": res["over_budget"],
+         "agree": res["agree"]}
   for m in METHODS[1:]:
     a = np.asarray(res["joint"][m])
-    out[m] = float(a.mean() * 100)
-    out[m + "_diff"] = context_eval.ci(a, naive)._asdict()
+    ran = ~np.isnan(a)
+    out[m + "_n"] = int(ran.sum())
+    out[m] = float(a[ran].mean() * 100)
+    out[m + "_diff"] = context_eval.ci(a[ran], naive[ran])._asdict()
   return out
 
 
@@ -124,8 +138,8 @@ def markdown(report: dict, budget: int) -> list:
     cells = [f"{r[m]:.1f} ({context_eval.fmt_ci(context_eval.evaluation.Interval(**r[m + '_diff']))})"
              for m in METHODS[1:]]
     over = sum(r["over_budget"].values())
-    lines.append(f"| {hop_features.LABELS.get(name, name)} ({r['n']}) | {form} | {r['naive']:.1f} | "
-                 + " | ".join(cells) + f" | {over} |")
+    lines.append(f"| {hop_features.LABELS.get(name, name)} ({r['n']}; adapters {r['langchain_n']}) "
+                 f"| {form} | {r['naive']:.1f} | " + " | ".join(cells) + f" | {over} |")
   return lines
 
 
@@ -135,6 +149,9 @@ def main(argv=None) -> int:
   p.add_argument("--forms", default=",".join(hop_features.FORMS))
   p.add_argument("--budget", type=int, default=256)
   p.add_argument("--limit", type=int, default=None, help="first N questions of each set")
+  p.add_argument("--adapters-every", type=int, default=1,
+                 help="run the adapters on every K-th question only (they share the Pipeline's "
+                      "code: `agree` counts identical picks)")
   p.add_argument("--cache", default=hop_features.CACHE)
   p.add_argument("--out", default=os.path.join(ROOT, "out", "defaults.json"))
   args = p.parse_args(argv)
@@ -142,7 +159,8 @@ def main(argv=None) -> int:
   report = {}
   for name in args.sets.split(","):
     for form in args.forms.split(","):
-      res = run_set(name, form, base=base, cache=args.cache, budget=args.budget, limit=args.limit)
+      res = run_set(name, form, base=base, cache=args.cache, budget=args.budget, limit=args.limit,
+                    every=args.adapters_every)
       report[f"{name}:{form}"] = s = summary(res)
       print(f"{name:12s} {form:8s} naive {s['naive']:.1f} | " + " | ".join(
           f"{m} {s[m]:.1f} ({s[m + '_diff']['mean']:+.1f} [{s[m + '_diff']['low']:+.1f}, "

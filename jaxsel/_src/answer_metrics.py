@@ -86,7 +86,8 @@ _SCORERS = {}
 def _scorer(use_stemmer: bool):
   if use_stemmer not in _SCORERS:
     # rouge-score loads NLTK (seconds): only a caller of ROUGE pays for it.
-    from rouge_score import rouge_scorer
+    rouge_scorer = checks.optional_module("rouge_score.rouge_scorer", feature="ROUGE-L",
+                                          extra="eval")
     _SCORERS[use_stemmer] = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
   return _SCORERS[use_stemmer]
 

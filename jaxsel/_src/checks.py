@@ -10,6 +10,7 @@ who build objectives under a transform are responsible for their values.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from typing import Iterable, Optional
@@ -17,6 +18,16 @@ from typing import Iterable, Optional
 import numpy as np
 import jax
 import jax.numpy as jnp
+
+
+def optional_module(name: str, *, feature: str, extra: str):
+  """Imports the optional module `name`, or raises an ImportError naming the `extra` that
+  installs it (``pip install "jaxsel[extra]"``) and the `feature` that needs it."""
+  try:
+    return importlib.import_module(name)
+  except ImportError:
+    raise ImportError(f"{feature} needs {name.split('.')[0]!r}, which a plain `pip install jaxsel` "
+                      f'leaves out: pip install "jaxsel[{extra}]"') from None
 
 
 def is_concrete(x) -> bool:

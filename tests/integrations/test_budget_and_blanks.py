@@ -76,3 +76,30 @@ def test_blank_candidates_are_never_picked(tiny, texts, words, framework):
     assert got == run(tiny, texts, **settings)
     assert got and all(t.strip() for t in got)
   assert run(tiny, blanks, budget=150, tokenizer=words) == []
+
+
+@pytest.fixture(scope="module")
+def passages_24():
+  """24 passages of the bundled document (its Pipeline split), 519+ word pieces in all."""
+  import jaxsel
+  from jaxsel.cli import DEMO_DOCUMENT
+  doc = DEMO_DOCUMENT.read_text("utf-8")
+  return [p.text for p in jaxsel.split_documents([doc], unit="passage", max_tokens=40)[:24]]
+
+
+@pytest.mark.parametrize("framework", ADAPTERS)
+def test_with_only_an_encoder_and_a_budget_the_budget_holds(minilm, passages_24, framework):
+  """Issue 32.1: with no tokenizer given, every adapter counted each document as 3 tokens (the
+  length of the encoder tokenizer's output tuple) and returned all 24 passages for budget=80.
+  Counted by an independent tokenizer (transformers' own, from the model folder), the picks
+  now fit, and the default method is CORAG."""
+  import transformers
+  from jaxsel._src.encoders import loading
+  independent = transformers.AutoTokenizer.from_pretrained(str(loading.default_encoder_path()))
+  count = lambda ts: sum(len(independent(t, add_special_tokens=False)["input_ids"]) for t in ts)  # noqa: E731
+  assert count(passages_24) > 3 * 80
+  cls, run = ADAPTERS[framework]
+  assert cls(encoder=minilm, budget=80).method == "corag"
+  picked = run(minilm, passages_24, budget=80)
+  assert 0 < len(picked) < len(passages_24)
+  assert count(picked) <= 80

@@ -604,3 +604,37 @@ def test_word_units_select_whole_words(enc):
   pos = 0
   for w in in_order:  # every picked word appears, in reading order
     pos = ctx.index(w.text, pos) + len(w.text)
+
+
+@pytest.mark.parametrize("budget", [20, 40, 64])
+def test_a_pipeline_that_splits_keeps_a_budget_below_its_max_tokens(budget):
+  """Issue 32.3: with its own 128-token passages, `select(q, [doc], budget=64)` raised "below
+  the smallest passage" (or picked nothing). A Pipeline that splits documents itself cuts them
+  to fit the budget as sent; `Passage`s the caller made still raise."""
+  enc = tiny()
+  pipe = Pipeline(enc)
+  doc = DOC[:3000]
+  for method in ("naive", "corag", "facility_location"):
+    res = pipe.replace(method=method).select(Q0, [doc], budget=budget)
+    assert res.passages and res.cost <= budget
+    assert res.cost == pipe.tokenizer.count([res.context()])[0]
+    for p in res.passages:
+      assert doc[p.start:p.end] == p.text
+  many = pipe.select_many([(Q0, [doc]), ("Kansas fight song", [DOC[3000:5000]])], budget=budget)
+  assert all(r.passages and r.cost <= budget for r in many)
+  made = pipe.split([doc])  # 128-token passages, as the caller gives them
+  with pytest.raises(ValueError, match="below the smallest passage"):
+    pipe.select(Q0, made, budget=min(p.tokens for p in made) - 1)
+  with pytest.raises(ValueError, match="leaves no room for a passage"):
+    pipe.select(Q0, [doc], budget=2)
+
+
+def test_the_default_method_is_corag_with_a_question_and_coverage_without():
+  """Issue 32.2: `Pipeline(enc)` used facility location, which loses to NaiveRAG on multi-hop QA."""
+  pipe = Pipeline(tiny())
+  assert pipe.method is None
+  assert pipe.select(Q0, [DOC[:2000]], budget=100).method == "corag" == jaxsel.default_method(True)
+  assert pipe.select(None, [DOC[:2000]], budget=100).method == "coverage"
+  mixed = pipe.select_many([(Q0, [DOC[:2000]]), (None, [DOC[:2000]])], budget=100)
+  assert [r.method for r in mixed] == ["corag", "coverage"]
+  assert mixed[0].indices.tolist() == pipe.select(Q0, [DOC[:2000]], budget=100).indices.tolist()

@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 from flax import nnx
 from tqdm.auto import tqdm
 
@@ -215,12 +214,20 @@ def agent_metrics(agent: ConfigAgent, data: AgentDataset) -> dict:
 # ----------------------------------------------------------------------------- checkpoints
 
 
+def _orbax():
+  """Orbax's checkpointing (the `train` extra), imported by the first checkpoint."""
+  return checks.optional_module("orbax.checkpoint", feature="agent training checkpoints",
+                                extra="train")
+
+
 def _manager(directory: str):
+  ocp = _orbax()
   return ocp.CheckpointManager(os.path.abspath(directory),
                                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
 
 
 def _save(mngr, epoch: int, params, opt_state, best_params, meta: dict) -> None:
+  ocp = _orbax()
   mngr.save(epoch, args=ocp.args.Composite(
       state=ocp.args.StandardSave({"params": params, "opt_state": opt_state, "best_params": best_params}),
       meta=ocp.args.JsonSave(meta)))
@@ -278,6 +285,7 @@ def _restore(mngr, directory: str, params, opt_state, best_params, expected: dic
   step = mngr.latest_step()
   where = os.path.join(os.path.abspath(directory), str(step))
   _verify_checksums(where)
+  ocp = _orbax()
   try:
     meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
   except Exception as e:

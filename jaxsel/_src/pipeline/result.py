@@ -176,8 +176,9 @@ class SelectionResult:
     """Plots the saturation curve (objective value and marginal gain per pick); saves a PNG to
     `path` when given. Returns the matplotlib figure."""
     # matplotlib (a second or more to import) is loaded by the first plot, not by `select`.
-    import matplotlib.pyplot as plt
-    from matplotlib.figure import Figure
+    plt = checks.optional_module("matplotlib.pyplot", feature="`SelectionResult.plot`", extra="plot")
+    Figure = checks.optional_module("matplotlib.figure", feature="`SelectionResult.plot`",
+                             extra="plot").Figure
     if ax is not None:
       fig = ax.figure
     elif path is not None:  # no pyplot figure: nothing left open in pyplot's state
