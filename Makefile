@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - select passages from the bundled document with the real encoder
-#   make test   - run the whole test suite
+#   make test   - build the docs site (mkdocs --strict), then run the whole test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -29,6 +29,7 @@ demo: $(STAMP)
 # XLA compiles on one thread, so two processes keep CI's two cores busy.
 TEST_WORKERS ?= 2
 test: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d $$(mktemp -d)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)

@@ -12,11 +12,11 @@
 # On the GPU the XLA path is the only path (the C++ kernels are CPU-only): the greedy bench
 # reports its dense greedy against the device's own bandwidth floor, and its picks must be the
 # CPU's (the tests compare against NumPy references). Peers (apricot, submodlib) are CPU
-# libraries and are left out here; bench/README.md holds their CPU tables.
+# libraries and are left out here; bench/RESULTS.md holds their CPU tables.
 #
 # Environment: PYTHON (default python3), OUT (where logs and the report go; default
 # /tmp/jaxsel-gpu-out). Python packages jaxsel needs that the machine lacks can travel as wheels in
-# .whl/ (installed with --no-index into a private folder; see bench/README.md, "GPU").
+# .whl/ (installed with --no-index into a private folder).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 DRY=0

@@ -4,7 +4,7 @@ Shape legend used throughout: B batch, Q queries, N candidates, K picks, D embed
 dimension, L tokens.
 
 The public API is this module's `__all__`; the implementation lives in `jaxsel._src`
-(see "How the code is laid out" in the README). `jaxsel.testing` holds tiny random models.
+(see docs/architecture.md). `jaxsel.testing` holds tiny random models.
 
 Each public name is imported on first use (PEP 562 `__getattr__`), so `import jaxsel` costs
 next to nothing and a program pays only for what it touches: the encoders' transformers and

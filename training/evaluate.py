@@ -26,7 +26,7 @@ picks per set and method; a rerun with everything cached takes a few minutes):
 Writes a JSON report (`--out`) and, with `--readme`, the `## Evaluation` section of that
 markdown file.
 
-    python training/evaluate.py --readme bench/README.md
+    python training/evaluate.py --readme out/evaluation.md
     python training/evaluate.py --parts tables --sets hotpot_test --limit 12    # a slice
 """
 

@@ -7,7 +7,7 @@ F1 (HotpotQA's normalisation), ROUGE-1/2/L, with paired bootstrap 95% CIs of COR
 also the selections' gold-paragraph recall. Answers are cached (`--cache`), so a stopped run
 resumes and a rerun generates nothing new. The logic lives in `training/answers.py`.
 
-    python training/evaluate_answers.py --torch-threads 1 --readme bench/README.md
+    python training/evaluate_answers.py --torch-threads 1 --readme out/answers.md
 """
 
 from __future__ import annotations

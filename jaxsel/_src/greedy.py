@@ -188,7 +188,7 @@ def _lazy_pick(obj, state, avail, bound, upper, costs, ratio, block):
 
 def _default_block(n: int) -> int:
   """Candidates re-evaluated per lazy round: gathered blocks (long rows) parallelise better a
-  little larger (48 rows were faster than 32 at N = 6000 and 10000, bench/README.md)."""
+  little larger (48 rows were faster than 32 at N = 6000 and 10000; measured with bench/greedy.py)."""
   return 48 if n >= GATHER_MIN_N else max(1, min(n, max(4, min(32, n // 16))))
 
 
@@ -202,7 +202,7 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
     block = _default_block(n)
     if method == "lazy" and n <= _LAZY_MIN_N:
       # Lazy bookkeeping (top_k windows, rounds) costs more than it saves this small, and far
-      # more under `vmap`; dense steps give the very same picks (bench/README.md, "crossover").
+      # more under `vmap`; dense steps give the very same picks (bench/greedy.py measures the crossover).
       method = "dense"
   dtype = jax.eval_shape(lambda: obj.state_value(obj.init())).dtype
   anchor = _batched_zero(obj.valid) if n else jnp.zeros((), jnp.int32)  # offsets all loop state

@@ -154,7 +154,7 @@ def _linked_relevance(req: Request, discount, *, link_weight: float, mention_wei
 
 
 # The bridge scorer's weights: chosen on the training splits of HotpotQA, MuSiQue and 2Wiki
-# (bench/README.md, "Evaluation"). The same-group penalty stays at 1.0 although the
+# (training/crossval.py; the tables are in the git history of bench/). The same-group penalty stays at 1.0 although the
 # cross-dataset rule, which looks at joint recall of any piece, prefers 5 by about one point:
 # 5 stops the search from taking a second piece of a split paragraph, which costs 4 to 17 points
 # of strict joint recall (whole gold paragraphs) at 256 and 384 tokens.

@@ -370,7 +370,7 @@ def candidate_sharded_greedy(objective, *, mesh: Mesh, k: int, axis: AxisNames =
   with the same fixed shape on every device, so those rounds are not faster than on one
   device: for speed from more devices prefer ``method="dense"``, which is also what lazy
   greedy degenerates to on clipped cosines of high-dimensional embeddings (see
-  `bench/README.md`). Stochastic greedy matches one device when `N` is a multiple of the
+  `docs/scale.md`). Stochastic greedy matches one device when `N` is a multiple of the
   device count (its sample depends on the padded `N`).
 
   Args:
