@@ -203,7 +203,7 @@ def single(n: int, k: int, repeats: int, peers: list[str], slow_max_n: int, budg
   fast["lazy from the NumPy matrix: facility_location(S) + greedy"] = (
       "e2e", lambda: jaxsel.greedy(jaxsel.facility_location(sim), k=k))
   # The same matrix in 64-byte aligned memory (which jax.device_put shares, as it does a
-  # jax.Array): construction is then the checking pass alone, with no copy.
+  # jax.Array): construction is then one pass of the checks and the symmetry test, no copy.
   aligned = aligned_copy(sim)
   fast["lazy from the NumPy matrix in 64-byte aligned memory: facility_location(S) + greedy"] = (
       "e2e", lambda: jaxsel.greedy(jaxsel.facility_location(aligned), k=k))
@@ -394,8 +394,8 @@ def table(title, rows, info, floor_s=None) -> str:
                + " (from-embeddings rows are compared with the peer's own from-embeddings row).")
   if "build_s" in info:
     out.append(f"construction alone (`facility_location(S)` from the NumPy matrix, 16-byte aligned "
-               f"as NumPy allocates it: jax.device_put's copy, then one pass of the checks and a "
-               f"randomized symmetry test; S is symmetric, so no transpose): "
+               f"as NumPy allocates it: NumPy's checks (min, max) and the transposed copy into "
+               f"aligned memory that jax.device_put shares): "
                f"{info['build_s']:.4f} s (first call {info['first_build_s']:.4f} s).")
   if "breakdown" in info:
     b = info["breakdown"]

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gains.h"
+#include "item_major.h"
 #include "parallel.h"
 #include "simd.h"
 #include "solve.h"
@@ -218,9 +219,10 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
     bytes = scratch->typed_data();
     bytes_step = reinterpret_cast<float*>(bytes + (N * N + 63) / 64 * 64);
   }
-  auto solve = [&](int64_t b, std::vector<T>& transposed) {
+  // `transposed` and `gainer`: buffers of one chunk of problems (one thread's).
+  auto solve = [&](int64_t b, std::vector<T>& transposed, ItemMajorGainer<T>& gainer) {
     const T* m = matrix(b, transposed);
-    cp[b] = SolveOne<T>(pr, direct ? nullptr : m, direct ? m : nullptr, bytes, bytes_step, wp + batch.Offset(b, wd, weighted ? Q * N : 0),
+    cp[b] = SolveOne<T>(pr, direct ? nullptr : m, direct ? m : nullptr, &gainer, bytes, bytes_step, wp + batch.Offset(b, wd, weighted ? Q * N : 0),
                         vp + batch.Offset(b, vd, N), has_costs ? kp + batch.Offset(b, kd, N) : nullptr,
                         bp[batch.Offset(b, bd, 1)], mp[batch.Offset(b, md, 1)], !by_problem, threads, pfor,
                         ip + b * K, gp + b * K, xp + b * K, sp + b, bp_out + b);
@@ -228,11 +230,13 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   if (by_problem) {
     ParallelFor(pool, batch.count, 1, [&](int64_t lo, int64_t hi) {
       std::vector<T> transposed;
-      for (int64_t b = lo; b < hi; ++b) solve(b, transposed);
+      ItemMajorGainer<T> gainer;
+      for (int64_t b = lo; b < hi; ++b) solve(b, transposed, gainer);
     });
   } else {
     std::vector<T> transposed;
-    for (int64_t b = 0; b < batch.count; ++b) solve(b, transposed);
+    ItemMajorGainer<T> gainer;
+    for (int64_t b = 0; b < batch.count; ++b) solve(b, transposed, gainer);
   }
   return ffi::Error::Success();
 }

@@ -44,10 +44,12 @@ struct Problem {
 // One problem's greedy. `pfor(total, grain, fn)` runs fn(lo, hi) over [0, total), in
 // parallel or not; I, G, X are the problem's [K] outputs, *spent_out its total cost. S is the
 // candidate-major matrix; or, with SI (item-major, S unused), every step is dense and takes
-// all gains at once from SI (ItemMajorGainer: the same gains, hence the same run). H and
-// H_step: scratch for the byte bounds of a large lazy float32 problem, or null.
+// all gains at once from SI with `gainer` (ItemMajorGainer: the same gains, hence the same run;
+// the caller's, so that its buffers serve the problems one thread solves). H and H_step:
+// scratch for the byte bounds of a large lazy float32 problem, or null.
 template <typename T, typename PFor>
-int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint8_t* H, float* H_step, const T* W, const bool* V,
+int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>* gainer, uint8_t* H,
+                 float* H_step, const T* W, const bool* V,
                  const float* C, float budget, T floor, bool parallel, int64_t threads, const PFor& pfor,
                  int32_t* I, T* G, T* X, float* spent_out, T* bound_out) {
   const int64_t N = pr.N, Q = pr.Q, K = pr.K;
@@ -116,8 +118,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint8_t* H, float* 
   // The direct dense steps without costs: the gains with ineligible candidates as 0 (zready:
   // written this step), whose top K are the certificate's (GainBounder::TopKOf).
   std::vector<T> zgain(SI != nullptr && C == nullptr ? N : 0);
-  ItemMajorGainer<T> item_major;
-  if (SI != nullptr) item_major.Reset(N, Q);
+  if (SI != nullptr) gainer->Reset(N, Q);
   bool zready = false;
   // The dense choice over [lo, hi): each eligible candidate's gain evaluated into last[j], or
   // with `given` read from there (the direct item-major steps write every gain first).
@@ -149,7 +150,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, uint8_t* H, float* 
   auto dense_best = [&]() {
     Best<T> best;
     if (SI != nullptr) {
-      item_major.Gains(SI, cover.data(), W, weighted, saturated, last.data());
+      gainer->Gains(SI, cover.data(), W, weighted, saturated, last.data());
       if (C == nullptr) {
         // Without costs every eligible candidate is available and its criterion is its gain
         // (≥ 0): the largest z, lowest index on ties, is scan's choice where it is above 0.
