@@ -58,7 +58,8 @@ def test_select_with_queries_json_within_budget(files):
   path = files / "corpus" / "temple.md"
   source = path.read_text("utf-8")
   code, out = run(["select", str(path), "--query", QUESTION["question_text"], "--query",
-                   "Who played Corliss Archer?", "--budget", "120", "--json", "--quiet"])
+                   "Who played Corliss Archer?", "--budget", "120", "--json", "--quiet",
+                   "--method", "facility_location"])
   assert code == 0
   d = json.loads(out)
   assert set(d) == {"method", "queries", "budget", "cost", "num_candidates", "saturation",
@@ -118,7 +119,7 @@ def test_late_chunking_and_word_units_equal_the_pipeline(files):
   for flags, settings in [(["--late-chunking"], dict(unit="passage", late_chunking=True)),
                           (["--unit", "word"], dict(unit="word"))]:
     code, out = run(["select", str(path), "--query", q, "--budget", "160", "--json", "--quiet",
-                     *flags])
+                     "--method", "facility_location", *flags])
     assert code == 0
     d = json.loads(out)
     pipe = jaxsel.Pipeline(enc, method="facility_location", progress=False, **settings)
@@ -148,7 +149,8 @@ def test_exit_codes_on_bad_input(files, capsys, tmp_path):
   assert "unknown scorer 'magic'" in err(
       ["select", str(files / "corpus"), "-q", "x", "--method", "corag", "--scorer", "magic"], 2)
   assert "--method corag only" in err(
-      ["select", str(files / "corpus"), "-q", "x", "--scorer", "links", "--quiet"], 2)
+      ["select", str(files / "corpus"), "-q", "x", "--method", "naive", "--scorer", "links",
+       "--quiet"], 2)
   assert "--late-chunking applies to files" in err(
       ["ask", "q?", "--index", str(tmp_path), "--late-chunking", "--quiet"], 2)
   assert err(["select", str(files / "corpus"), "--unit", "token"], 2)  # argparse choices
@@ -185,7 +187,7 @@ def test_console_script_exit_status(files):
 
 def test_zero_picks_print_an_empty_selection(files, tmp_path):
   base = ["select", str(files / "corpus" / "temple.md"), "-q", "Who played Corliss Archer?",
-          "--min-gain", "1e9", "--quiet"]
+          "--min-gain", "1e9", "--quiet", "--method", "facility_location"]
   code, out = run(base)
   assert code == 0
   assert re.search(r"(?m)^0 of \d+ candidates, 0 tokens", out), out
@@ -203,7 +205,7 @@ def _no_work(monkeypatch):
   """Makes loading the encoder fail the test: a bad option must be refused before any work."""
   def load(name):
     raise AssertionError("the encoder was loaded before the options were checked")
-  monkeypatch.setattr(cli, "load_model", load)
+  monkeypatch.setattr(cli.common, "load_model", load)
 
 
 def _error(argv, code, capsys):
@@ -318,7 +320,7 @@ def test_ask_answers_with_the_offline_smollm2(one_torch_thread):
   assert isinstance(d["answer"], str) and d["answer"].strip() == d["answer"] and d["answer"]
   assert set(d["timings"]) == {"load_generator", "select", "generate"}
   sel = d["selection"]
-  assert 0 < sel["cost"] <= 256 and sel["method"] == "facility_location"
+  assert 0 < sel["cost"] <= 256 and sel["method"] == "corag"  # the default with a question
   assert d["prompt"].rstrip().endswith("Question: " + question + "\nAnswer:")
   assert all(s["text"] in d["prompt"] for s in sel["selected"])
   # `jaxsel demo` ends with the same model's answer (loaded once per process) to the prompt it
@@ -390,7 +392,7 @@ def test_ask_bad_input_fails_before_the_work(files, capsys, tmp_path, monkeypatc
 
   def no_model(*args):
     raise AssertionError("the answer model was loaded before the options were checked")
-  monkeypatch.setattr(cli, "load_answer_model", no_model)
+  monkeypatch.setattr(cli.common, "load_answer_model", no_model)
   monkeypatch.delenv("JAXSEL_UNSET_KEY", raising=False)
   doc = str(files / "corpus" / "temple.md")
   url = ["--openai-url", "http://127.0.0.1:9/v1"]
@@ -410,7 +412,7 @@ def test_ask_bad_input_fails_before_the_work(files, capsys, tmp_path, monkeypatc
       (["ask", "Who?", doc, "--generator", str(tmp_path / "none")], 1, "does not exist"),
       (["ask", "Who?", doc, "--generator", "x", "--gguf", "y.gguf"], 2, "not allowed with"),
       (["ask", "Who?", doc, "--max-new-tokens", "0"], 2, "--max-new-tokens"),
-      (["ask", "Who?", doc, "--scorer", "links"], 2, "--method corag only"),
+      (["ask", "Who?", doc, "--method", "naive", "--scorer", "links"], 2, "--method corag only"),
       (["ask", "Who?", str(files / "missing.md")], 1, "no such file"),
       (["ask", "Who?", "--index", str(tmp_path)], 1, "No jaxsel index"),
   ]:
@@ -661,7 +663,7 @@ def test_large_input_says_how_many_passages_it_embeds(files, capsys, monkeypatch
   argv = ["select", path, "-q", "Who played Corliss Archer?", "--budget", "150", "--json"]
   code, out = run(argv + ["--quiet"])
   assert code == 0 and capsys.readouterr().err == ""  # small: --quiet stays silent
-  monkeypatch.setattr(cli, "LARGE_INPUT_CHARS", 1000)
+  monkeypatch.setattr(cli.common, "LARGE_INPUT_CHARS", 1000)
   code, out = run(argv + ["--quiet"])
   assert code == 0
   n = json.loads(out)["num_candidates"]
@@ -676,71 +678,15 @@ def test_large_input_says_how_many_passages_it_embeds(files, capsys, monkeypatch
 def test_the_time_estimate_follows_the_measured_rate(monkeypatch, capsys):
   """A 207,584-passage input said "takes minutes" while its own progress bar estimated over an
   hour: the line now divides the count by a rate timed on a sample."""
-  monkeypatch.setattr(cli, "LARGE_INPUT_CHARS", 10)
-  monkeypatch.setattr(cli, "embedding_rate", lambda pipe, texts: 50.0)
+  monkeypatch.setattr(cli.common, "LARGE_INPUT_CHARS", 10)
+  monkeypatch.setattr(cli.common, "embedding_rate", lambda pipe, texts: 50.0)
   pipe = jaxsel.Pipeline(jaxsel.testing.tiny_encoder(), unit="sentence")
-  texts = ["One sentence here. " * 3000]
+  texts = ["One sentence here. " * 9000]
   n = len(pipe.split(texts))
   cli.announce_large_input(pipe, texts)
   err = capsys.readouterr().err
   assert f"embedding {n:,} sentences" in err and "(50 sentences/s measured" in err
-  assert f"about {cli._duration(n / 50.0)} here" in err and n / 50.0 > 90
-
-
-def test_unreadable_compile_cache_entries_are_removed_with_one_line(tmp_path, capsys):
-  folder = tmp_path / "jax"
-  folder.mkdir()
-  h1, h2 = "a" * 64, "b" * 64
-  names = [f"jit_f-{h1}-cache", f"jit_f-{h1}-atime", f"jit_f-{h2}-cache", f"jit_f_2-{h1}-cache",
-           f"jit_g-{h1}-cache", "notes.txt"]
-  for n in names:
-    (folder / n).write_bytes(b"x")
-  with cli.repairing_compile_cache(folder, quiet=False):
-    warnings.warn("Error reading persistent compilation cache entry for 'jit_f': "
-                  "ZstdError: could not decompress data\nmore lines")
-    warnings.warn("Error reading persistent compilation cache entry for "
-                  f"'jit_g-{h1}': XlaRuntimeError: bad")
-  err = capsys.readouterr().err.splitlines()
-  assert len(err) == 2 and "'jit_f'" in err[0] and "removed 2 cache entries" in err[0]
-  assert "(ZstdError: could not decompress data);" in err[0]
-  assert "removed 1 cache entry," in err[1]
-  assert sorted(p.name for p in folder.iterdir()) == [f"jit_f_2-{h1}-cache", "notes.txt"]
-  with cli.repairing_compile_cache(folder, quiet=True):
-    warnings.warn("Error reading persistent compilation cache entry for 'jit_h': X: y")
-  assert capsys.readouterr().err == ""
-  with pytest.warns(UserWarning, match="something else"):  # other warnings pass through
-    with cli.repairing_compile_cache(folder, quiet=True):
-      warnings.warn("something else")
-
-
-@pytest.mark.slow
-def test_corrupt_compile_cache_entries_are_rewritten_once(first_cached_run):
-  """Corrupt entries of the command's compilation cache were never repaired: every later run
-  printed JAX's multi-line warnings, even with --quiet. Now the run that meets one deletes it
-  and stores the program it compiles instead, silently under --quiet; the next run is clean."""
-  argv, env, folder, first = first_cached_run  # (the keys depend on the folder: not copied)
-  assert first.returncode == 0 and first.stderr == "", first.stderr
-
-  def entries():
-    return {p.name: p.read_bytes() for p in folder.glob("*-cache")}
-
-  written = entries()
-  # The encoder's programs (the passages' and the query's shapes), the solve, the probe of
-  # the encoder's compiler options: each damaged one way or the other below.
-  assert len(written) >= 4, sorted(written)
-  for i, name in enumerate(sorted(written)):  # truncated (a killed writer) or overwritten
-    (folder / name).write_bytes(written[name][:len(written[name]) // 2] if i % 2 else b"\0" * 64)
-  corrupt = entries()
-  second = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
-  assert second.returncode == 0 and second.stderr == "", second.stderr
-  assert json.loads(second.stdout) == json.loads(first.stdout)
-  repaired = entries()
-  assert set(repaired) == set(written)
-  assert all(repaired[n] != corrupt[n] for n in repaired)  # every bad entry was rewritten
-  third = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
-  assert third.returncode == 0 and third.stderr == "", third.stderr
-  assert entries() == repaired  # read back, nothing compiled or written again
-  assert json.loads(third.stdout) == json.loads(first.stdout)
+  assert f"about {cli.duration(n / 50.0)} here" in err and n / 50.0 > 90
 
 
 def _smollm2_tokenizer_path() -> str:

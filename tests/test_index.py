@@ -318,7 +318,7 @@ def test_cli_index_build_into_the_documents_folder_is_refused(tmp_path, monkeypa
   (notes / "records-2024.md").write_text("Minutes of the 2024 meeting. We agreed on a plan.\n")
   (notes / "todo.txt").write_text("Buy milk. Write the report.\n")
   before = _listing(notes)
-  monkeypatch.setattr(cli, "load_model", lambda name: tiny_encoder())
+  monkeypatch.setattr(cli.common, "load_model", lambda name: tiny_encoder())
   code = cli.main(["index", "build", str(notes), "--out", str(notes), "--quiet"], out=io.StringIO())
   assert code == 1
   assert "no jaxsel index" in capsys.readouterr().err
@@ -622,7 +622,7 @@ def test_cli_index_build_over_a_tampered_index_deletes_nothing(data, tmp_path, m
   path = tmp_path / "idx"
   _filled(x[:10], chunks=(0, 10)).save(path)
   _tamper(path, vectors="../victim.txt")
-  monkeypatch.setattr(cli, "load_model", lambda name: tiny_encoder())
+  monkeypatch.setattr(cli.common, "load_model", lambda name: tiny_encoder())
   code = cli.main(["index", "build", str(tmp_path / "docs"), "--out", str(path), "--quiet"],
                   out=io.StringIO())
   assert code == 1 and "not a plain file name" in capsys.readouterr().err

@@ -60,7 +60,7 @@ def texts():
                                                  unit="sentence")[:12]]
 
 
-def _reference(encoder, query, texts, costs, *, method="facility_location", budget=None, k=None,
+def _reference(encoder, query, texts, costs, *, method=None, budget=None, k=None,
               embeddings=None, query_embedding=None):
   """`Pipeline.select` on the same candidates, with a fresh pipeline (no shared cache)."""
   passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))

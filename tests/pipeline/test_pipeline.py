@@ -277,7 +277,7 @@ def test_select_many_with_an_agent_late_chunks_and_a_scorer_builder(enc):
 def test_asymmetric_and_symmetric_prompts():
   enc = tiny(prompts={"query": "search query: ", "passage": "search document: ",
                              "symmetric": "clustering: "})
-  res = Pipeline(enc, max_tokens=80).select(Q0, [SMALL], budget=100)
+  res = Pipeline(enc, max_tokens=80, method="facility_location").select(Q0, [SMALL], budget=100)
   assert [c[1] for c in enc.calls] == ["passage", "symmetric", "query"]
   passages = split(enc, [SMALL])
   e = enc.encode([p.text for p in passages], prompt_name="passage")
@@ -306,7 +306,8 @@ def test_index_source_and_default_index(enc, tmp_path):
 
 
 def test_result_prompt_json_table_and_plot(enc, tmp_path):
-  res = Pipeline(enc, max_tokens=80).select([Q0, "Who is Shirley Temple?"], [SMALL], budget=200)
+  res = Pipeline(enc, max_tokens=80, method="facility_location").select(
+      [Q0, "Who is Shirley Temple?"], [SMALL], budget=200)
   prompt = res.prompt()
   assert prompt.startswith("Answer the question") and prompt.rstrip().endswith("Answer:")
   assert Q0 in prompt and "Who is Shirley Temple?" in prompt
@@ -330,7 +331,7 @@ def test_result_prompt_json_table_and_plot(enc, tmp_path):
 
 
 def test_min_gain_and_k(enc):
-  pipe = Pipeline(enc, max_tokens=80)
+  pipe = Pipeline(enc, max_tokens=80, method="facility_location")  # CORAG ignores min_gain
   full = pipe.select(Q0, [SMALL], min_gain=0.0)
   assert full.gains.min() >= 0 and len(full) == len(full.candidates)
   cut = pipe.select(Q0, [SMALL], min_gain=0.5)
@@ -341,10 +342,10 @@ def test_min_gain_and_k(enc):
 
 
 def test_bad_input(enc):
-  pipe = Pipeline(enc)
+  pipe = Pipeline(enc, method="facility_location")
   with pytest.raises(ValueError, match="method='coverage'"):
     pipe.select(None, [DOC], budget=100)
-  with pytest.raises(ValueError, match="below the smallest passage"):
+  with pytest.raises(ValueError, match="leaves no room for a passage"):
     pipe.select(Q0, [DOC], budget=0.5)
   with pytest.raises(ValueError, match="empty"):
     pipe.select(Q0, [], budget=100)
@@ -435,7 +436,8 @@ def test_matrix_free_above_dense_limit_picks_the_same(enc, method):
 
 def test_zero_picks_are_a_valid_answer(enc, tmp_path):
   """A `min_gain` no pick reaches gives an empty selection that prints, serialises and plots."""
-  res = Pipeline(enc, max_tokens=80).select(Q0, [SMALL], budget=200, min_gain=1e9)
+  res = Pipeline(enc, max_tokens=80, method="facility_location").select(Q0, [SMALL], budget=200,
+                                                                         min_gain=1e9)
   assert len(res) == 0 and res.cost == 0 and res.saturation == 0
   assert "0 of" in res.table() and "saturation after 0 picks" in res.table()
   d = json.loads(json.dumps(res.to_dict()))

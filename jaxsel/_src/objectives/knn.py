@@ -129,7 +129,7 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
     method: ``"exact"`` (default), or an approximate index of faiss (``pip install
       'jaxsel[ann]'``): ``"ivf"`` (inverted lists over k-means cells, a few cells searched
       per item) or ``"hnsw"`` (a navigable small-world graph). Objectives built on an
-      approximate graph are exact for that graph; bench/README.md ("Scale") has their recall
+      approximate graph are exact for that graph; bench/RESULTS.md ("Scale") has their recall
       and the value of their picks against the exact graph's.
     valid: bool `[N]`; invalid items are never neighbours, invalid candidates have none.
     nonneg: as in `jaxsel.nonnegative` (``"clip"``, ``"shift"``, ``"square"``), applied

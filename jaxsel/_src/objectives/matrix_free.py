@@ -12,7 +12,7 @@ serves it where `backend` allows. Dense and lazy greedy on the CPU go further wh
 whole `[N, N]` similarity takes at most `max_dense_bytes`: they compute it once, candidate-major
 (one XLA matrix product; no transpose, no input pass over a matrix), and run the native greedy
 kernel on it, which re-reads a stored row for a fraction of the cost of recomputing it
-(bench/README.md, "Greedy"); larger problems, other methods and accelerators recompute rows. Leading batch axes are not supported by the constructors:
+(bench/greedy.py); larger problems, other methods and accelerators recompute rows. Leading batch axes are not supported by the constructors:
 build one objective per instance and stack them (`jax.tree.map(jnp.stack, ...)`) for `vmap`.
 """
 

@@ -16,7 +16,7 @@ from jax import lax
 Array = jax.Array
 
 # On CPU, rows at least this long are gathered into a block, shorter ones streamed
-# (bench/README.md, "Greedy": the crossover was measured between 4000 and 6000).
+# (bench/greedy.py: the crossover was measured between 4000 and 6000).
 GATHER_MIN_N = 5000
 
 
