@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, native, numerics
+from jaxsel._src import constraints as cons_lib
 from jaxsel._src.base import NO_ITEM, KernelObjective, Objective, Selection, with_backend
 from jaxsel._src.objectives.rows import GATHER_MIN_N
 
@@ -44,6 +45,7 @@ class _Carry(NamedTuple):
   value: Array  # [] f of the picks so far
   best_bound: Array  # [] the certificate so far: the least prefix bound
   sel: Selection
+  counts: Optional[Array]  # [G + 1] int32 picks per group (None without caps)
 
 
 def _criterion(gains: Array, costs: Optional[Array], ratio: bool) -> Array:
@@ -118,8 +120,8 @@ def _refresh_knapsack(obj, state, upper, fresh, eligible, costs, budget, block):
   return out[0], out[4]
 
 
-def _available(obj, selected, costs, budget, spent):
-  avail = obj.valid & ~selected
+def _available(obj, selected, costs, budget, spent, cons=None, counts=None):
+  avail = obj.valid & ~selected & cons_lib.open_(cons, counts)
   if costs is not None:
     avail &= costs <= budget - spent
   return avail
@@ -192,9 +194,41 @@ def _default_block(n: int) -> int:
   return 48 if n >= GATHER_MIN_N else max(1, min(n, max(4, min(32, n // 16))))
 
 
-def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, block, sample):
+def _pin(obj, c: _Carry, pinned, costs, budget, cons, *, k, dtype) -> _Carry:
+  """The carry after the `pinned` `[P]` picks, in order (a slot of -1, one already picked,
+  or one past `k` or the budget is skipped: the boundary refuses those when it can see them)."""
   n = obj.num_candidates
-  if method in ("dense", "lazy") and isinstance(obj, KernelObjective):
+
+  def body(i, c):
+    j = jnp.maximum(pinned[i], 0)
+    take = (pinned[i] >= 0) & (c.step < k) & obj.valid[j] & ~c.selected[j]
+    if costs is not None:
+      take &= costs[j] <= budget - c.spent
+    gain = obj.gains(c.state, j[None])[0].astype(dtype)
+    state = jax.tree.map(lambda new, old: jnp.where(take, new, old), obj.update(c.state, j), c.state)
+    value = obj.state_value(state).astype(dtype)
+    spent = c.spent if costs is None else c.spent + jnp.where(take, costs[j], 0)
+    s = c.sel
+    pos = jnp.minimum(c.step, k - 1)
+    s = s._replace(
+        indices=s.indices.at[pos].set(jnp.where(take, j, s.indices[pos]).astype(jnp.int32)),
+        gains=s.gains.at[pos].set(jnp.where(take, gain, s.gains[pos])),
+        values=jnp.where(take & (jnp.arange(k) >= c.step), value, s.values),
+        count=s.count + take.astype(jnp.int32), cost=spent)
+    return c._replace(step=c.step + take.astype(jnp.int32), state=state,
+                      selected=c.selected | ((jnp.arange(n) == j) & take), spent=spent, value=value,
+                      sel=s, counts=cons_lib.count(cons, c.counts, j, take))
+
+  c = lax.fori_loop(0, pinned.shape[0], body, c)
+  return c._replace(done=c.done | (c.step >= k))
+
+
+def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, block, sample,
+         cons=None, extra=None):
+  """One greedy run; with `cons` the pinned picks come first and group caps mask the
+  candidates; `extra` (static) stops it after that many picks past the pinned."""
+  n = obj.num_candidates
+  if method in ("dense", "lazy") and isinstance(obj, KernelObjective) and cons is None:
     fused = obj.fused_greedy(costs, budget, min_gain, k=k, lazy=method == "lazy", ratio=ratio)
     if fused is not None:
       return fused
@@ -231,11 +265,25 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
       certified=jnp.zeros((), dtype) + anchor.astype(dtype))
   carry = _Carry(anchor, jnp.asarray(k == 0 or n == 0) | (anchor != 0), state0,
                  jnp.zeros((n,), bool) | (anchor != 0), bound0, upper0, zero,
-                 jax.random.key(0) if key is None else key, value0, best0, sel0)
-  eligible0 = obj.valid if costs is None else obj.valid & (costs <= budget)  # may be in S*
+                 jax.random.key(0) if key is None else key, value0, best0, sel0,
+                 cons_lib.counts0(cons, anchor))
+  room = budget  # what the picks past the pinned may spend (the certificate's knapsack)
+  if cons is not None and cons.pinned is not None and k and n:
+    carry = _pin(obj, carry, cons.pinned, costs, budget, cons, k=k, dtype=dtype)
+    if method == "lazy":
+      upper0 = obj.gains(carry.state).astype(dtype)
+      carry = carry._replace(upper=upper0, bound=_criterion(upper0, costs, ratio).astype(dtype))
+    if method != "stochastic":  # the pinned fill k: the optimum holds them and nothing else
+      best = jnp.where(carry.step >= k, carry.value, carry.best_bound)
+      carry = carry._replace(best_bound=best, sel=carry.sel._replace(bound=best))
+    room = budget - carry.spent
+  step0 = carry.step  # the first step past the pinned
+  last = k if extra is None else jnp.minimum(k, step0 + extra)
+  # May be in S* \ S: the caps are not applied here (see `greedy`'s docstring).
+  eligible0 = obj.valid if costs is None else obj.valid & (costs <= room)
 
   def body(c: _Carry) -> _Carry:
-    avail = _available(obj, c.selected, costs, budget, c.spent)
+    avail = _available(obj, c.selected, costs, budget, c.spent, cons, c.counts)
     bound, upper, key, best_bound = c.bound, c.upper, c.key, c.best_bound
     if method == "dense":
       g = obj.gains(c.state)
@@ -261,11 +309,11 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
       adds = _gain_bound(upper, eligible, None, None, k)
       if costs is not None:
         if method == "lazy":  # at step 0 every gain is fresh (`upper0`)
-          upper, sack = _refresh_knapsack(obj, c.state, upper, fresh | (c.step == 0), eligible,
-                                          costs, budget, block)
+          upper, sack = _refresh_knapsack(obj, c.state, upper, fresh | (c.step == step0), eligible,
+                                          costs, room, block)
           adds = _gain_bound(upper, eligible, None, None, k)
         else:
-          sack, _ = _knapsack(upper, eligible, costs, budget)
+          sack, _ = _knapsack(upper, eligible, costs, room)
         adds = jnp.minimum(adds, sack)
       best_bound = jnp.minimum(best_bound, c.value + adds.astype(dtype))
     stop = best == -jnp.inf
@@ -284,9 +332,9 @@ def _run(obj: Objective, costs, budget, min_gain, key, *, k, method, ratio, bloc
         cost=spent,
         bound=best_bound,
         certified=s.certified)
-    return _Carry(c.step + 1, stop | (c.step + 1 >= k), state,
+    return _Carry(c.step + 1, stop | (c.step + 1 >= last), state,
                   c.selected.at[j].set(c.selected[j] | take), bound, upper, spent, key,
-                  value.astype(dtype), best_bound, s)
+                  value.astype(dtype), best_bound, s, cons_lib.count(cons, c.counts, j, take))
 
   if k == 0 or n == 0:  # nothing to pick: empty arrays, count 0
     return sel0
@@ -335,27 +383,32 @@ def _certify(s: Selection) -> Selection:
 
 
 @functools.partial(jax.jit, static_argnames=("k", "method", "block", "sample", "use_key"))
-def _greedy(obj, costs, budget, min_gain, key, *, k, method, block, sample, use_key):
+def _greedy(obj, costs, budget, min_gain, key, cons, *, k, method, block, sample, use_key):
   key = key if use_key else None
   if costs is None or k == 0 or obj.num_candidates == 0:
     return _certify(_run(obj, None, NO_BUDGET, min_gain, key, k=k, method=method, ratio=False,
-                         block=block, sample=sample))
+                         block=block, sample=sample, cons=cons))
   # Budgeted: cost-benefit greedy, plain-gain greedy and the best single item; the best of
   # the three keeps the (1 - 1/e)/2 guarantee of Khuller, Moss & Naor (1999) / Leskovec
   # et al. (2007), where cost-benefit alone can be arbitrarily bad.
   ka, kb = (None, None) if key is None else tuple(jax.random.split(key))
-  cb = _run(obj, costs, budget, min_gain, ka, k=k, method=method, ratio=True, block=block, sample=sample)
-  uc = _run(obj, costs, budget, min_gain, kb, k=k, method=method, ratio=False, block=block, sample=sample)
+  run = functools.partial(_run, obj, costs, budget, min_gain, k=k, block=block, sample=sample,
+                          cons=cons)
+  cb = run(ka, method=method, ratio=True)
+  uc = run(kb, method=method, ratio=False)
   best = _better(cb, uc)
-  single = _best_single(obj, costs, budget, k=k)
-  if min_gain is not None:  # a single item below the threshold is no pick at all
-    single = single._replace(count=jnp.where(single.gains[0] >= min_gain, single.count, 0))
+  if cons is None:
+    single = _best_single(obj, costs, budget, k=k)
+    if min_gain is not None:  # a single item below the threshold is no pick at all
+      single = single._replace(count=jnp.where(single.gains[0] >= min_gain, single.count, 0))
+  else:  # the pinned, then the best feasible single addition
+    single = run(None, method="dense", ratio=False, extra=1)
   return _certify(_better(best, single))
 
 
 def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=None,
            method: str = "lazy", key=None, epsilon: float = 0.1, block: Optional[int] = None,
-           backend: Optional[str] = None) -> Selection:
+           backend: Optional[str] = None, pinned=None, groups=None, max_per_group=None) -> Selection:
   """Greedy maximisation of `objective` with up to `k` picks.
 
   Args:
@@ -382,6 +435,19 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
     backend: ``"auto"``, ``"native"`` or ``"xla"`` (static): where gains and fused greedy
       runs are computed; None keeps the objective's own (its constructor's `backend`).
       Both give the same picks.
+    pinned: int `[P]` candidates picked first, in that order, `-1` padded (may differ per
+      instance under `vmap`). They count against `k`, the budget and their group's cap;
+      `min_gain` does not stop them. Refused before compiling when concrete: an index out of
+      [-1, N), a repeat, an invalid candidate, more than `k`, costing more than the budget, or
+      more than a group's cap. Under `jit` / `vmap` such values are not seen: a pinned
+      candidate that no longer fits `k` or the budget is skipped.
+    groups: int `[N]` group id of each candidate (-1: in no group); with `max_per_group`.
+    max_per_group: the most picks per group: a scalar (every group; ids in [0, N)) or `[G]`
+      (ids in [0, G)). With `groups`, the picks form a partition matroid and the knapsack.
+      With any constraint the native fused greedy run is skipped (it knows none): the XLA
+      loop runs, with gains still from the native kernels where the objective has them. The
+      budgeted best of three respects them all: cost-benefit and plain greedy run under the
+      constraints, and the single is the pinned plus the best feasible single addition.
 
   Returns:
     `Selection` with `indices` `[k]`, `gains` `[k]`, `values` `[k]`, `count`, `cost`, and a
@@ -395,6 +461,15 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
     current ones, so its bound is valid and may be looser than dense greedy's; stochastic
     greedy sees a sample's gains only and returns NaN for both. No pass over the data is
     added: the bound comes from the gains each step computes anyway.
+
+    Under constraints the bound is over the sets that hold the pinned and meet `k`, the budget
+    and the caps. It stays valid: any such T and any prefix S holding the pinned have
+    `f(T) <= f(S) + Σ_{j∈T\\S} Δ(j|S)`, where T \\ S holds at most k candidates of cost at
+    most `budget - cost(pinned)`, so the top-k / knapsack of the gains over the candidates not
+    in S bounds it (the knapsack under the budget left after the pinned). The caps are
+    relaxed, not used: a group that S has filled may still hold picks of T (T need not share
+    S's picks in it), so masking it out of the bound would be wrong; the bound is the
+    unconstrained one's, only ever looser than the caps' optimum needs.
   """
   if not isinstance(objective, Objective):
     raise TypeError(
@@ -429,10 +504,12 @@ def greedy(objective: Objective, *, k: int, costs=None, budget=None, min_gain=No
       raise ValueError(f"`epsilon` must lie in (0, 1), got {epsilon}.")
   if block is not None and (not isinstance(block, int) or not 1 <= block <= max(n, 1)):
     raise ValueError(f"`block` must be an int in [1, N={n}], got {block!r}.")
+  cons = cons_lib.check(pinned, groups, max_per_group, n=n, k=k, costs=costs, budget=budget,
+                        valid=objective.valid)
   if backend is not None:
     objective = with_backend(objective, native.check_backend(backend))
   sample = max(1, min(n, math.ceil(n / max(k, 1) * math.log(1 / epsilon))))
-  return _greedy(objective, costs, budget, min_gain, key, k=k, method=method,
+  return _greedy(objective, costs, budget, min_gain, key, cons, k=k, method=method,
                  block=block, sample=sample, use_key=key is not None)
 
 
