@@ -30,7 +30,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d $$(mktemp -d)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 bench: $(STAMP)
 	$(PY) bench/greedy.py
