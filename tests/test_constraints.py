@@ -164,3 +164,80 @@ def test_non_integer_groups_refused():
   sim, rel, valid = _instance(N)
   with pytest.raises(TypeError, match="`groups`"):
     jaxsel.greedy(jaxsel.coverage(sim), k=3, groups=np.zeros(N), max_per_group=1)
+
+
+# ----------------------------------------------------------------------------- CORAG search
+
+SN, DEPTH = 6, 4
+
+
+def _search_instance(seed):
+  rng = np.random.default_rng(seed)
+  unary = rng.uniform(0, 1, SN).astype(np.float32)
+  pair = rng.normal(0, 0.4, (SN, SN)).astype(np.float32)
+  costs = rng.integers(1, 5, SN).astype(np.float32)
+  budget = np.float32(rng.integers(5, 12))
+  groups = rng.integers(-1, 2, SN).astype(np.int32)
+  pinned = np.full(2, -1, np.int32)
+  pinned[: seed % 3] = rng.permutation(SN)[: seed % 3]
+  if seed % 3 == 2 and groups[pinned[0]] == groups[pinned[1]] >= 0:
+    groups[pinned[1]] = -1  # a cap of 1 holds one pinned per group
+  if costs[pinned[pinned >= 0]].sum() > budget:
+    pinned[:] = -1
+  return jaxsel.pairwise_scorer(pair, unary=unary, discount=0.8), unary, pair, costs, \
+      budget, groups, pinned
+
+
+def _search_optimum(unary, pair, costs, budget, groups, pinned, cap):
+  head = [int(j) for j in pinned if j >= 0]
+  rest = [j for j in range(SN) if j not in head]
+  best = -np.inf
+  for size in range(0, DEPTH - len(head) + 1):
+    for tail in itertools.permutations(rest, size):
+      o = head + list(tail)
+      g = groups[o]
+      if costs[o].sum() > budget or any((g == x).sum() > cap for x in set(g[g >= 0].tolist())):
+        continue
+      if not o:
+        continue
+      v = sum(0.8 ** t * unary[j] for t, j in enumerate(o))
+      v += sum(pair[o[s], o[t]] for t in range(len(o)) for s in range(t))
+      best = max(best, v)
+  return best
+
+
+@pytest.mark.parametrize("iterations", [3, 400])
+def test_search_never_breaks_the_constraints(iterations):
+  for seed in range(12):
+    sc, unary, pair, costs, budget, groups, pinned = _search_instance(seed)
+    res = jaxsel.corag_search(sc, costs, budget=budget, iterations=iterations, max_depth=DEPTH,
+                              pinned=pinned, groups=groups, max_per_group=1)
+    order = np.asarray(res.order)[: int(res.length)]
+    head = pinned[pinned >= 0]
+    np.testing.assert_array_equal(order[: len(head)], head)
+    assert (np.asarray(res.order)[int(res.length):] == -1).all()
+    assert len(set(order.tolist())) == len(order) and costs[order].sum() <= budget
+    g = groups[order]
+    assert all((g == x).sum() <= 1 for x in set(g[g >= 0].tolist())), (order, groups)
+    if iterations == 400 and bool(res.tree.exhausted[0]):  # the whole tree: exact
+      opt = _search_optimum(unary, pair, costs, budget, groups, pinned, 1)
+      assert float(res.value) == pytest.approx(opt, rel=1e-5, abs=1e-5)
+
+
+def test_search_vmap_with_its_own_constraints():
+  inst = [_search_instance(s) for s in (2, 5, 8)]
+  batch = jax.vmap(lambda sc, c, b, p, g: jaxsel.corag_search(
+      sc, c, budget=b, iterations=6, max_depth=DEPTH, pinned=p, groups=g, max_per_group=1))(
+      *(jax.tree.map(lambda *x: np.stack(x), *[(i[0], i[3], i[4], i[6], i[5]) for i in inst])))
+  for b, (sc, _, _, costs, budget, groups, pinned) in enumerate(inst):
+    one = jaxsel.corag_search(sc, costs, budget=budget, iterations=6, max_depth=DEPTH,
+                              pinned=pinned, groups=groups, max_per_group=1)
+    np.testing.assert_array_equal(batch.order[b], one.order)
+
+
+def test_search_refuses_bad_pinned():
+  sc, _, _, costs, budget, groups, _ = _search_instance(0)
+  with pytest.raises(ValueError, match="`pinned`"):
+    jaxsel.corag_search(sc, costs, budget=budget, iterations=2, pinned=[SN])
+  with pytest.raises(ValueError, match="`pinned`"):
+    jaxsel.corag_search(sc, np.full(SN, 5, np.float32), budget=9.0, iterations=2, pinned=[0, 1])

@@ -54,6 +54,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, numerics, pytree
+from jaxsel._src import constraints as cons_lib
 from jaxsel._src import tree as tree_lib
 from jaxsel._src.base import NO_ITEM, SearchResult
 from jaxsel._src.scorers.base import append_gains_of, num_candidates_of
@@ -194,9 +195,42 @@ def _children_values(scorer, order: Array, leaf_value: Array, depth: Array, n: i
   return score_all(scorer, orders)
 
 
-def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, *, d, backup,
-               normalize):
+def _room(cons, used: Array) -> Array:
+  """`[N]` bool: chunks whose group has room beside the chunks in `used` `[N]` (True without caps)."""
+  if cons is None or cons.caps is None:
+    return jnp.ones(used.shape, bool)
+  counts = jnp.zeros(cons.caps.shape, jnp.int32).at[cons.slot].add(used.astype(jnp.int32))
+  return counts[cons.slot] < cons.caps[cons.slot]
+
+
+def _room_after(cons, used: Array, room: Array) -> Array:
+  """`[N, N]` bool: row j, the chunks whose group has room once chunk j joins `used`."""
+  if cons is None or cons.caps is None:
+    return room[None, :]
+  counts = jnp.zeros(cons.caps.shape, jnp.int32).at[cons.slot].add(used.astype(jnp.int32))
+  same = cons.slot[:, None] == cons.slot[None, :]
+  return counts[cons.slot][None, :] + same.astype(jnp.int32) < cons.caps[cons.slot][None, :]
+
+
+def _used(order: Array, n: int) -> Array:
+  """`[N]` bool: the chunks in `order` `[T]` (-1 slots dropped, not wrapped to N - 1)."""
+  return jnp.zeros((n,), bool).at[jnp.where(order >= 0, order, n)].set(True, mode="drop")
+
+
+def _root_order(cons, d: int) -> tuple[Array, Array]:
+  """The root's order `[T]` (the pinned, in order, -1 after) and its length `[]`."""
+  if cons is None or cons.pinned is None:
+    return empty_order(d), jnp.zeros((), jnp.int32)
+  p = cons.pinned
+  p = p[jnp.argsort(p < 0, stable=True)]  # the -1 slots last
+  p = p[:d] if p.shape[0] >= d else jnp.concatenate([p, empty_order(d - p.shape[0])])
+  return p, jnp.sum(p >= 0).astype(jnp.int32)
+
+
+def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, root_order,
+               cons, *, d, backup, normalize):
   n = costs.shape[0]
+  p0 = tree.depth[0]  # the pinned chunks the root holds
   m = tree.visits.shape[0]
   active = ~tree.exhausted[0]  # once the whole tree is built, iterations change nothing
   ar = jnp.arange(n, dtype=jnp.int32)
@@ -216,14 +250,14 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
     open_ = tree_lib.block(tree.exists, first, n) & ~tree_lib.block(tree.exhausted, first, n)
     j = numerics.first_argmax(jnp.where(open_, u, -jnp.inf))  # XLA:CPU: faster than jnp.argmax
     child = first + j
-    return (child, jnp.where(levels[:d] == k, j, order), used | (ar == j),
+    return (child, jnp.where(levels[:d] == p0 + k, j, order), used | (ar == j),
             jnp.where(levels == k + 1, child, path),
             jnp.where(levels == k, jnp.all(~open_ | (ar == j)), others_done), k + 1)
 
   def more(c):  # an expanded node with room below; never more than T levels
-    return (tree.first_child[c[0]] >= 0) & (c[5] < d)
+    return (tree.first_child[c[0]] >= 0) & (p0 + c[5] < d)
 
-  init = (jnp.zeros((), jnp.int32), empty_order(d), jnp.zeros((n,), bool),
+  init = (jnp.zeros((), jnp.int32), root_order, _used(root_order, n),
           jnp.where(levels == 0, 0, NO_ITEM), jnp.ones((d + 1,), bool), jnp.zeros((), jnp.int32))
   leaf, order, used, path, others_done, depth = lax.while_loop(more, descend, init)
   # A well-formed tree always reaches an unexpanded node; anything else (NaN utilities from
@@ -232,12 +266,15 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
 
   # 2. Expansion: all fitting children, one batched scorer call.
   child_cost = tree.cost[leaf] + costs  # [N]
-  fits = valid & ~used & (child_cost <= budget) & active
-  vals = _children_values(scorer, order, tree.value[leaf], depth, n)
+  room = _room(cons, used)  # children that would break a cap are not expanded
+  fits = valid & ~used & (child_cost <= budget) & active & room
+  pos = p0 + depth  # the position the children write
+  vals = _children_values(scorer, order, tree.value[leaf], pos, n)
   bad = jnp.any(fits & ~jnp.isfinite(vals))  # a model scorer gave NaN/inf: stop here
   fits &= jnp.isfinite(vals)
   child_used = used[None, :] | jnp.eye(n, dtype=bool)
-  terminal = (depth + 1 >= d) | ~tree_lib.can_grow(child_used, child_cost, costs, valid, budget)
+  terminal = (pos + 1 >= d) | ~tree_lib.can_grow(child_used, child_cost, costs,
+                                                 valid & _room_after(cons, used, room), budget)
   # Block `i` belongs to iteration `i`: the index is the (unbatched) loop counter, so under
   # `vmap` these writes stay dynamic-update-slices rather than scatters.
   start = 1 + i * n
@@ -248,7 +285,7 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
   tree = tree.replace(
       parent=put(tree.parent, jnp.where(fits, leaf, NO_ITEM)),
       chunk=put(tree.chunk, ar),
-      depth=put(tree.depth, jnp.full((n,), depth + 1)),
+      depth=put(tree.depth, jnp.full((n,), pos + 1)),
       visits=put(tree.visits, fits.astype(jnp.int32)),
       value_sum=put(tree.value_sum, jnp.where(fits, vals, 0)),
       value=put(tree.value, jnp.where(fits, vals, -jnp.inf)),
@@ -278,23 +315,27 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
 
 
 @pytree.jit_static_leaves(static_argnames=("iterations", "max_depth", "backup", "normalize"))
-def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iterations, max_depth, backup,
-            normalize):
+def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, *, iterations, max_depth,
+            backup, normalize):
   n = costs.shape[0]
   d = max_depth
   m = 1 + iterations * n
-  root_value = scorer_value(scorer, empty_order(d))
+  root_order, p0 = _root_order(cons, d)
+  root_used = _used(root_order, n)
+  root_cost = jnp.sum(jnp.where(root_used, costs, 0))
+  root_value = scorer_value(scorer, root_order)
   root_bad = ~jnp.isfinite(root_value)
   root_value = jnp.where(root_bad, 0.0, root_value)
-  root_done = ~tree_lib.can_grow(jnp.zeros((n,), bool), jnp.zeros((), jnp.float32), costs, valid, budget)
+  root_done = (p0 >= d) | ~tree_lib.can_grow(root_used, root_cost, costs,
+                                             valid & _room(cons, root_used), budget)
   tree = Tree(
       parent=jnp.full((m,), NO_ITEM, jnp.int32),
       chunk=jnp.full((m,), NO_ITEM, jnp.int32),
-      depth=jnp.zeros((m,), jnp.int32),
+      depth=jnp.zeros((m,), jnp.int32).at[0].set(p0),
       visits=jnp.zeros((m,), jnp.int32).at[0].set(1),
       value_sum=jnp.zeros((m,), jnp.float32).at[0].set(root_value),
       value=jnp.full((m,), -jnp.inf, jnp.float32).at[0].set(root_value),
-      cost=jnp.zeros((m,), jnp.float32),
+      cost=jnp.zeros((m,), jnp.float32).at[0].set(root_cost),
       exists=jnp.zeros((m,), bool).at[0].set(True),
       first_child=jnp.full((m,), NO_ITEM, jnp.int32),
       exhausted=jnp.zeros((m,), bool).at[0].set(root_done),
@@ -305,21 +346,22 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, *, iteratio
       num_candidates=n)
 
   step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,
-                           exploration=exploration, cost_penalty=cost_penalty, d=d, backup=backup,
-                           normalize=normalize)
+                           exploration=exploration, cost_penalty=cost_penalty,
+                           root_order=root_order, cons=cons, d=d, backup=backup, normalize=normalize)
   tree = lax.fori_loop(0, iterations, step, tree)
 
-  # The answer: the best non-root node (the root only when nothing was created).
-  score = jnp.where(tree.exists & (tree.depth > 0), tree.value, -jnp.inf)
+  # The answer: the best node; the root too when it holds pinned chunks (else only when
+  # nothing was created).
+  score = jnp.where(tree.exists & ((jnp.arange(m) > 0) | (p0 > 0)), tree.value, -jnp.inf)
   best = jnp.argmax(score).astype(jnp.int32)
   best = jnp.where(score[best] > -jnp.inf, best, 0)
   def walk(_, c):  # leaf to root, writing each node's chunk at its position
     order, node = c
     k = tree.depth[node]
-    order = jnp.where(k > 0, order.at[jnp.maximum(k - 1, 0)].set(tree.chunk[node]), order)
-    return order, jnp.where(k > 0, tree.parent[node], node)
+    order = jnp.where(node > 0, order.at[jnp.maximum(k - 1, 0)].set(tree.chunk[node]), order)
+    return order, jnp.where(node > 0, tree.parent[node], node)
 
-  order, _ = lax.fori_loop(0, d, walk, (empty_order(d), best))
+  order, _ = lax.fori_loop(0, d, walk, (root_order, best))
   parent_visits = jnp.where(best > 0, tree.visits[jnp.maximum(tree.parent[best], 0)], 1)
   utility = tree_lib.utility(tree.value_sum[best], tree.visits[best], parent_visits, tree.cost[best],
                      exploration, cost_penalty, budget,
@@ -347,7 +389,8 @@ def _check_tree_size(iterations: int, n: int) -> None:
 
 def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
                  max_depth: Optional[int] = None, valid=None, backup: str = "max",
-                 normalize: bool = False) -> SearchResult:
+                 normalize: bool = False, pinned=None, groups=None,
+                 max_per_group=None) -> SearchResult:
   """CORAG tree search for the best ordered combination of chunks within a token budget.
 
   Args:
@@ -373,6 +416,11 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       any node in the tree so far (static; default False, the paper's raw values). Then c and
       λ mean the same for any scorer scale (a cross-encoder's logits or a cosine); c ≈ 0.5
       suits 5–25 iterations (the paper's c ≈ 2.4 explores breadth-first on [0, 1] values).
+    pinned, groups, max_per_group: as in `jaxsel.greedy` (checked the same way, with
+      `max_depth` in place of k). The root holds the pinned chunks in order (its value is the
+      scorer's of that order, its cost theirs), so every order found starts with them; a
+      child that would break a group's cap is not expanded. With pinned chunks the root is a
+      candidate answer like any node (the pinned alone may score best).
 
   Returns:
     `SearchResult(order [T], length, value, cost, utility, tree, nonfinite)`.
@@ -395,6 +443,8 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
     if x.ndim != 0:
       raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
     checks.check_finite(x, name)
-  res = _search(scorer, costs, budget, valid, exploration, cost_penalty,
+  cons = cons_lib.check(pinned, groups, max_per_group, n=costs.shape[0], k=max_depth, costs=costs,
+                        budget=budget, valid=valid)
+  res = _search(scorer, costs, budget, valid, exploration, cost_penalty, cons,
                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=normalize)
   return checked(res, scorer, what="corag_search")

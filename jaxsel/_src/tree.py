@@ -24,7 +24,7 @@ class Tree:
   """The policy tree of one search (leading `[B]` axis on every array under `vmap`)."""
   parent: Array  # [M] int32 parent node, -1 for the root and empty slots
   chunk: Array  # [M] int32 chunk the node appends, -1 for the root
-  depth: Array  # [M] int32 number of chunks in the node's order
+  depth: Array  # [M] int32 number of chunks in the node's order (the root's: the pinned)
   visits: Array  # [M] int32 N(v): 1 on creation, +1 per iteration that backs up through v
   value_sum: Array  # [M] float32 V(v): own value on creation + rewards backed up through v
   value: Array  # [M] float32 the scorer's value of the node's order
@@ -83,7 +83,8 @@ def search_estimate(tree: Tree, exploration, value_range=None) -> tuple[Array, A
   estimate, not a bound: a scorer is neither monotone nor submodular in general, so an
   unexplored order may score more.
   """
-  best = jnp.max(jnp.where(tree.exists & (tree.depth > 0), tree.value, -jnp.inf))
+  root = (jnp.arange(tree.exists.shape[-1]) == 0) & (tree.depth[0] == 0)  # pinned: a candidate
+  best = jnp.max(jnp.where(tree.exists & ~root, tree.value, -jnp.inf))
   best = jnp.where(best > -jnp.inf, best, tree.value[0])  # the search's answer's value
   exhausted = tree.exhausted[0]
   n = jnp.maximum(tree.visits, 1).astype(jnp.float32)
