@@ -34,7 +34,7 @@ LAZY = {"rouge_score", "transformers", "matplotlib", "orbax", "jax"}
 # folder); each kernel's wrapper sits beside its XLA reference, so `native` imports nothing
 # above it.
 LAYERS = [
-    ("base", "pytree", "checks", "io", "defaults"),
+    ("base", "pytree", "checks", "io", "defaults", "constraints"),
     ("native",),
     ("numerics", "tokens", "text", "bridge", "answer_metrics", "generation"),
     ("objectives",),
@@ -42,7 +42,7 @@ LAYERS = [
     ("search", "baselines", "sharding", "encoders"),
     ("methods", "index", "agent"),
     ("pipeline",),
-    ("integrations", "testing", "registry", "files", "hop_scorer", "cli", "jaxsel"),
+    ("integrations", "testing", "registry", "files", "hop_scorer", "serve", "cli", "jaxsel"),
 ]
 
 
