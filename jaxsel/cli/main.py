@@ -14,6 +14,7 @@ from jaxsel.cli.common import (CLIError, COMPILE_CACHE_ENV, DEFAULT_BUDGET, EMBE
                                cache_dir, check_args, compile_cache_dir, default_model,
                                embedding_cache_dir, enable_compile_cache, quiet_progress_bars)
 from jaxsel.cli.commands import (cmd_ask, cmd_demo, cmd_index_build, cmd_index_search, cmd_select)
+from jaxsel.cli.serve import add_serve_parser
 
 
 def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="skip the answer of the offline SmolLM2-135M-Instruct at the end")
   _common(d)
   d.set_defaults(func=cmd_demo, budget=256)
+  add_serve_parser(sub)
   return parser
 
 
