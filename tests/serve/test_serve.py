@@ -32,8 +32,12 @@ def pipe():
 
 
 @pytest.fixture(scope="module")
-def url(pipe):
-  app = serve.create_app(pipe, max_batch=8, max_documents=50, max_body_bytes=100_000)
+def app(pipe):
+  return serve.create_app(pipe, max_batch=8, max_documents=50, max_body_bytes=100_000)
+
+
+@pytest.fixture(scope="module")
+def url(app):
   with serve.background(app) as base:
     yield base
 
@@ -172,6 +176,30 @@ def test_bad_input_names_the_field(url, path, name, body, status, field):
   err = r.json()["error"]
   assert err["field"] == field and err["message"]
   assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+
+
+def test_max_tokens_per_doc_cuts_documents(url, pipe):
+  body = {"query": "cats", "documents": DOCS, "budget_tokens": 40, "method": "naive",
+          "max_tokens_per_doc": 10}
+  out = post(url, "/v2/rerank", body).json()
+  assert all(r["cost_tokens"] <= 10 for r in out["results"]) and len(out["results"]) == 4
+  assert out["meta"]["tokens"]["input_tokens"] == pipe.tokenizer.count_one("cats") + 10 * len(DOCS)
+
+
+def test_an_internal_error_answers_500_and_the_server_keeps_serving(url, app, monkeypatch):
+  engine = app.state.engine
+  rank = engine._rank
+
+  def failing(p):
+    if p.job.query == "boom":
+      raise RuntimeError("boom")
+    return rank(p)
+
+  monkeypatch.setattr(engine, "_rank", failing)
+  r = post(url, "/v1/rerank", {"query": "boom", "documents": DOCS})
+  assert r.status_code == 500 and "RuntimeError" in r.json()["error"]["message"]
+  assert post(url, "/v1/rerank", {"query": "cats", "documents": DOCS}).status_code == 200
+  assert 'kind="server"' in httpx.get(url + "/metrics", timeout=10).text
 
 
 def test_health_metrics_openapi(url):
