@@ -209,6 +209,14 @@ def _results(outcome: Outcome, texts=None) -> list:
   return out
 
 
+def _with_selection(response: dict, outcome: Outcome) -> dict:
+  """`response` with the `selection` object of a selection (a plain ranking has none; fields
+  left out of a response are left out of its JSON, a null `certified` is kept)."""
+  if outcome.selection is not None:
+    response["selection"] = outcome.selection
+  return response
+
+
 def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                model_name: str = "jaxsel", max_batch: int = 32, batch_wait_ms: float = 5.0,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -280,30 +288,29 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
       log.error("request failed: %r", e)
       return _error(500, f"internal error ({type(e).__name__}); the server keeps serving")
 
-  @app.post("/v1/rerank", response_model=models.JinaRerankResponse, response_model_exclude_none=True,
+  @app.post("/v1/rerank", response_model=models.JinaRerankResponse, response_model_exclude_unset=True,
             responses=ERRORS, summary="Rerank or select documents (Jina's shape)")
   async def rerank_v1(body: models.JinaRerankRequest):
     job = _job(body, max_documents=max_documents)
     outcome = await run(job)
     if not isinstance(outcome, Outcome):
       return outcome
-    return {"model": body.model or model_name, "usage": {"total_tokens": outcome.total_tokens},
-            "results": _results(outcome, job.texts if body.return_documents else None),
-            "selection": outcome.selection}
+    return _with_selection(
+        {"model": body.model or model_name, "usage": {"total_tokens": outcome.total_tokens},
+         "results": _results(outcome, job.texts if body.return_documents else None)}, outcome)
 
   @app.post("/v2/rerank", response_model=models.CohereRerankResponse,
-            response_model_exclude_none=True,
+            response_model_exclude_unset=True,
             responses=ERRORS, summary="Rerank or select documents (Cohere's shape)")
   async def rerank_v2(body: models.CohereRerankRequest):
     job = _job(body, max_documents=max_documents, max_tokens_per_doc=body.max_tokens_per_doc)
     outcome = await run(job)
     if not isinstance(outcome, Outcome):
       return outcome
-    return {"id": str(uuid.uuid4()), "results": _results(outcome),
-            "meta": {"api_version": {"version": "2"},
-                     "billed_units": {"search_units": 1},
-                     "tokens": {"input_tokens": outcome.total_tokens}},
-            "selection": outcome.selection}
+    return _with_selection(
+        {"id": str(uuid.uuid4()), "results": _results(outcome),
+         "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
+                  "tokens": {"input_tokens": outcome.total_tokens}}}, outcome)
 
   @app.get("/health", summary="Whether the server is up and warmed up")
   async def health():

@@ -109,6 +109,8 @@ def test_budget_selects_in_pick_order(url, pipe, method):
   assert all("gain" in r for r in out["results"])
   if method == "facility_location":
     assert 0 < sel["certified"] <= 1
+  else:
+    assert sel["certified"] is None
 
 
 def test_ranking_with_pinned_and_group_caps(url, pipe):
