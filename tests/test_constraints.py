@@ -206,19 +206,24 @@ def _search_optimum(unary, pair, costs, budget, groups, pinned, cap):
   return best
 
 
+def _check_order(res, costs, budget, groups, pinned, cap=1):
+  """The order starts with the pinned, repeats nothing, fits the budget and the caps."""
+  order = np.asarray(res.order)[: int(res.length)]
+  head = pinned[pinned >= 0]
+  np.testing.assert_array_equal(order[: len(head)], head)
+  assert (np.asarray(res.order)[int(res.length):] == -1).all()
+  assert len(set(order.tolist())) == len(order) and costs[order].sum() <= budget
+  g = groups[order]
+  assert all((g == x).sum() <= cap for x in set(g[g >= 0].tolist())), (order, groups)
+
+
 @pytest.mark.parametrize("iterations", [3, 400])
 def test_search_never_breaks_the_constraints(iterations):
   for seed in range(12):
     sc, unary, pair, costs, budget, groups, pinned = _search_instance(seed)
     res = jaxsel.corag_search(sc, costs, budget=budget, iterations=iterations, max_depth=DEPTH,
                               pinned=pinned, groups=groups, max_per_group=1)
-    order = np.asarray(res.order)[: int(res.length)]
-    head = pinned[pinned >= 0]
-    np.testing.assert_array_equal(order[: len(head)], head)
-    assert (np.asarray(res.order)[int(res.length):] == -1).all()
-    assert len(set(order.tolist())) == len(order) and costs[order].sum() <= budget
-    g = groups[order]
-    assert all((g == x).sum() <= 1 for x in set(g[g >= 0].tolist())), (order, groups)
+    _check_order(res, costs, budget, groups, pinned)
     if iterations == 400 and bool(res.tree.exhausted[0]):  # the whole tree: exact
       opt = _search_optimum(unary, pair, costs, budget, groups, pinned, 1)
       assert float(res.value) == pytest.approx(opt, rel=1e-5, abs=1e-5)
@@ -241,3 +246,15 @@ def test_search_refuses_bad_pinned():
     jaxsel.corag_search(sc, costs, budget=budget, iterations=2, pinned=[SN])
   with pytest.raises(ValueError, match="`pinned`"):
     jaxsel.corag_search(sc, np.full(SN, 5, np.float32), budget=9.0, iterations=2, pinned=[0, 1])
+
+
+@pytest.mark.parametrize("baseline", ["naive", "mmr"])
+def test_baselines_honour_the_constraints(baseline):
+  for seed in range(8):
+    sc, unary, pair, costs, budget, groups, pinned = _search_instance(seed)
+    kw = dict(budget=budget, max_depth=DEPTH, pinned=pinned, groups=groups, max_per_group=1)
+    if baseline == "naive":
+      res = jaxsel.naive_rag(sc, costs, **kw)
+    else:
+      res = jaxsel.mmr(sc, costs, similarity=np.abs(pair), **kw)
+    _check_order(res, costs, budget, groups, pinned)

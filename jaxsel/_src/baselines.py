@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, pytree
+from jaxsel._src import constraints as cons_lib
 from jaxsel._src.base import NO_ITEM, SearchResult
 from jaxsel._src.search import check_inputs, checked, empty_order, score_all, scorer_value
 
@@ -70,17 +71,19 @@ def _result(scorer, order: Array, costs: Array, nonfinite: Array) -> SearchResul
                       nonfinite=nonfinite | ~jnp.isfinite(value))
 
 
-def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, nonfinite, *, d):
+def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, nonfinite, cons=None, *, d):
   """Budgeted greedy fill: at each step the available chunk of highest `crit_fn(state)` that
-  fits; stops when none fits or T chunks are in. `nonfinite`: the criterion's inputs were."""
+  fits (and whose group has room); stops when none fits or T chunks are in. The pinned
+  (`cons`) come first, in order. `nonfinite`: the criterion's inputs were."""
   n = costs.shape[0]
+  pinned, p0 = cons_lib.pinned_order(cons, d)
 
   def body(k, c):
     order, chosen, spent, state = c
-    avail = valid & ~chosen & (spent + costs <= budget)
+    avail = valid & ~chosen & (spent + costs <= budget) & cons_lib.room(cons, chosen)
     crit = jnp.where(avail, crit_fn(state), -jnp.inf)
-    j = jnp.argmax(crit).astype(jnp.int32)
-    take = avail[j]
+    j = jnp.where(k < p0, pinned[k], jnp.argmax(crit)).astype(jnp.int32)
+    take = avail[j] | ((k < p0) & valid[j] & ~chosen[j] & (spent + costs[j] <= budget))
     order = order.at[k].set(jnp.where(take, j, NO_ITEM))
     chosen = chosen.at[j].set(chosen[j] | take)
     spent = spent + jnp.where(take, costs[j], 0)
@@ -94,14 +97,14 @@ def _fill(scorer, costs, budget, valid, crit_fn, state0, update_fn, nonfinite, *
 
 
 @pytree.jit_static_leaves(static_argnames=("max_depth",))
-def _naive_rag(scorer, costs, budget, valid, relevance, *, max_depth):
+def _naive_rag(scorer, costs, budget, valid, relevance, cons, *, max_depth):
   rel, bad = _relevance(scorer, relevance, valid, max_depth)
   return _fill(scorer, costs, budget, valid, lambda _: rel, jnp.zeros(()), lambda s, j: s, bad,
-               d=max_depth)
+               cons, d=max_depth)
 
 
 def naive_rag(scorer, costs, *, budget, max_depth: Optional[int] = None, valid=None,
-              relevance=None) -> SearchResult:
+              relevance=None, pinned=None, groups=None, max_per_group=None) -> SearchResult:
   """NaiveRAG: chunks by decreasing relevance (ties to the lower index); a chunk that no longer
   fits is skipped and the next one tried, until none fits or `max_depth` are in.
 
@@ -111,15 +114,24 @@ def naive_rag(scorer, costs, *, budget, max_depth: Optional[int] = None, valid=N
   Raises `ValueError` when called eagerly and the scorer gave NaN or ±inf (a valid chunk's
   default relevance, or the result's value); under `jit` / `vmap` the result carries
   `nonfinite = True` instead, for the caller to check (see `corag_search`).
+
+  `pinned`, `groups`, `max_per_group` as in `jaxsel.greedy` (`max_depth` in place of k): the
+  pinned come first, in order, and a chunk whose group is full is skipped.
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   relevance = _check_relevance(relevance, costs.shape[0])
-  return checked(_naive_rag(scorer, costs, budget, valid, relevance, max_depth=max_depth), scorer,
-                 what="naive_rag")
+  cons = _constraints(pinned, groups, max_per_group, costs, budget, valid, max_depth)
+  return checked(_naive_rag(scorer, costs, budget, valid, relevance, cons, max_depth=max_depth),
+                 scorer, what="naive_rag")
+
+
+def _constraints(pinned, groups, max_per_group, costs, budget, valid, max_depth):
+  return cons_lib.check(pinned, groups, max_per_group, n=costs.shape[0], k=max_depth, costs=costs,
+                        budget=budget, valid=valid)
 
 
 @pytree.jit_static_leaves(static_argnames=("max_depth",))
-def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, *, max_depth):
+def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, cons, *, max_depth):
   rel, bad = _relevance(scorer, relevance, valid, max_depth)
   # state: max similarity of each candidate to the chosen set (-inf for the empty set). The
   # running max over every chosen item is exactly max_{s∈S} sim(j, s).
@@ -130,11 +142,11 @@ def _mmr(scorer, costs, budget, valid, similarity, relevance, diversity, *, max_
     return (1 - diversity) * rel - diversity * red
 
   return _fill(scorer, costs, budget, valid, crit, state0,
-               lambda s, j: jnp.maximum(s, similarity[:, j]), bad, d=max_depth)
+               lambda s, j: jnp.maximum(s, similarity[:, j]), bad, cons, d=max_depth)
 
 
 def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional[int] = None,
-        valid=None, relevance=None) -> SearchResult:
+        valid=None, relevance=None, pinned=None, groups=None, max_per_group=None) -> SearchResult:
   """Maximal marginal relevance with a budget: next is the fitting chunk maximising
   `(1 − diversity) · relevance[j] − diversity · max_{s ∈ chosen} similarity[j, s]`
   (the maximum over **every** chosen chunk; 0 before the first pick).
@@ -145,6 +157,7 @@ def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional
     relevance: `[N]`, default the scorer's value of each single chunk.
 
   NaN or ±inf from the scorer: as in `naive_rag` (eagerly a `ValueError`, else `nonfinite`).
+  `pinned`, `groups`, `max_per_group`: as in `naive_rag`.
   """
   costs, budget, valid, max_depth = check_inputs(scorer, costs, budget, valid, max_depth)
   n = costs.shape[0]
@@ -156,7 +169,8 @@ def mmr(scorer, costs, *, budget, similarity, diversity=0.5, max_depth: Optional
   div = checks.as_float_array(diversity, "diversity").astype(jnp.float32)
   if checks.is_concrete(div) and not 0 <= float(div) <= 1:
     raise ValueError(f"`diversity` must lie in [0, 1], got {float(div)}.")
-  return checked(_mmr(scorer, costs, budget, valid, sim, relevance, div, max_depth=max_depth),
+  cons = _constraints(pinned, groups, max_per_group, costs, budget, valid, max_depth)
+  return checked(_mmr(scorer, costs, budget, valid, sim, relevance, div, cons, max_depth=max_depth),
                  scorer, what="mmr")
 
 

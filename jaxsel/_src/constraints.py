@@ -131,3 +131,26 @@ def count(cons: Optional[Constraints], counts: Optional[Array], j: Array, take: 
   if counts is None:
     return None
   return counts.at[cons.slot[j]].add(take.astype(jnp.int32))
+
+
+def room(cons, used: Array) -> Array:
+  """`[N]` bool: chunks whose group has room beside the chunks in `used` `[N]` (True without caps)."""
+  if cons is None or cons.caps is None:
+    return jnp.ones(used.shape, bool)
+  counts = jnp.zeros(cons.caps.shape, jnp.int32).at[cons.slot].add(used.astype(jnp.int32))
+  return counts[cons.slot] < cons.caps[cons.slot]
+
+
+def used(order: Array, n: int) -> Array:
+  """`[N]` bool: the chunks in `order` `[T]` (-1 slots dropped, not wrapped to N - 1)."""
+  return jnp.zeros((n,), bool).at[jnp.where(order >= 0, order, n)].set(True, mode="drop")
+
+
+def pinned_order(cons, d: int) -> tuple[Array, Array]:
+  """The pinned as an order `[T]` (in order, -1 after; a search's root) and its length `[]`."""
+  if cons is None or cons.pinned is None:
+    return jnp.full((d,), -1, jnp.int32), jnp.zeros((), jnp.int32)
+  p = cons.pinned
+  p = p[jnp.argsort(p < 0, stable=True)]  # the -1 slots last
+  p = p[:d] if p.shape[0] >= d else jnp.concatenate([p, jnp.full((d - p.shape[0],), -1, jnp.int32)])
+  return p, jnp.sum(p >= 0).astype(jnp.int32)

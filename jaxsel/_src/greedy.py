@@ -219,7 +219,8 @@ def _pin(obj, c: _Carry, pinned, costs, budget, cons, *, k, dtype) -> _Carry:
                       selected=c.selected | ((jnp.arange(n) == j) & take), spent=spent, value=value,
                       sel=s, counts=cons_lib.count(cons, c.counts, j, take))
 
-  c = lax.fori_loop(0, pinned.shape[0], body, c)
+  last = jnp.max(jnp.where(pinned >= 0, jnp.arange(pinned.shape[0]) + 1, 0))  # past the last pinned
+  c = lax.fori_loop(0, last, body, c)
   return c._replace(done=c.done | (c.step >= k))
 
 

@@ -195,14 +195,6 @@ def _children_values(scorer, order: Array, leaf_value: Array, depth: Array, n: i
   return score_all(scorer, orders)
 
 
-def _room(cons, used: Array) -> Array:
-  """`[N]` bool: chunks whose group has room beside the chunks in `used` `[N]` (True without caps)."""
-  if cons is None or cons.caps is None:
-    return jnp.ones(used.shape, bool)
-  counts = jnp.zeros(cons.caps.shape, jnp.int32).at[cons.slot].add(used.astype(jnp.int32))
-  return counts[cons.slot] < cons.caps[cons.slot]
-
-
 def _room_after(cons, used: Array, room: Array) -> Array:
   """`[N, N]` bool: row j, the chunks whose group has room once chunk j joins `used`."""
   if cons is None or cons.caps is None:
@@ -210,21 +202,6 @@ def _room_after(cons, used: Array, room: Array) -> Array:
   counts = jnp.zeros(cons.caps.shape, jnp.int32).at[cons.slot].add(used.astype(jnp.int32))
   same = cons.slot[:, None] == cons.slot[None, :]
   return counts[cons.slot][None, :] + same.astype(jnp.int32) < cons.caps[cons.slot][None, :]
-
-
-def _used(order: Array, n: int) -> Array:
-  """`[N]` bool: the chunks in `order` `[T]` (-1 slots dropped, not wrapped to N - 1)."""
-  return jnp.zeros((n,), bool).at[jnp.where(order >= 0, order, n)].set(True, mode="drop")
-
-
-def _root_order(cons, d: int) -> tuple[Array, Array]:
-  """The root's order `[T]` (the pinned, in order, -1 after) and its length `[]`."""
-  if cons is None or cons.pinned is None:
-    return empty_order(d), jnp.zeros((), jnp.int32)
-  p = cons.pinned
-  p = p[jnp.argsort(p < 0, stable=True)]  # the -1 slots last
-  p = p[:d] if p.shape[0] >= d else jnp.concatenate([p, empty_order(d - p.shape[0])])
-  return p, jnp.sum(p >= 0).astype(jnp.int32)
 
 
 def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, root_order,
@@ -257,7 +234,7 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
   def more(c):  # an expanded node with room below; never more than T levels
     return (tree.first_child[c[0]] >= 0) & (p0 + c[5] < d)
 
-  init = (jnp.zeros((), jnp.int32), root_order, _used(root_order, n),
+  init = (jnp.zeros((), jnp.int32), root_order, cons_lib.used(root_order, n),
           jnp.where(levels == 0, 0, NO_ITEM), jnp.ones((d + 1,), bool), jnp.zeros((), jnp.int32))
   leaf, order, used, path, others_done, depth = lax.while_loop(more, descend, init)
   # A well-formed tree always reaches an unexpanded node; anything else (NaN utilities from
@@ -266,7 +243,7 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
 
   # 2. Expansion: all fitting children, one batched scorer call.
   child_cost = tree.cost[leaf] + costs  # [N]
-  room = _room(cons, used)  # children that would break a cap are not expanded
+  room = cons_lib.room(cons, used)  # children that would break a cap are not expanded
   fits = valid & ~used & (child_cost <= budget) & active & room
   pos = p0 + depth  # the position the children write
   vals = _children_values(scorer, order, tree.value[leaf], pos, n)
@@ -320,14 +297,14 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, *, it
   n = costs.shape[0]
   d = max_depth
   m = 1 + iterations * n
-  root_order, p0 = _root_order(cons, d)
-  root_used = _used(root_order, n)
+  root_order, p0 = cons_lib.pinned_order(cons, d)
+  root_used = cons_lib.used(root_order, n)
   root_cost = jnp.sum(jnp.where(root_used, costs, 0))
   root_value = scorer_value(scorer, root_order)
   root_bad = ~jnp.isfinite(root_value)
   root_value = jnp.where(root_bad, 0.0, root_value)
   root_done = (p0 >= d) | ~tree_lib.can_grow(root_used, root_cost, costs,
-                                             valid & _room(cons, root_used), budget)
+                                             valid & cons_lib.room(cons, root_used), budget)
   tree = Tree(
       parent=jnp.full((m,), NO_ITEM, jnp.int32),
       chunk=jnp.full((m,), NO_ITEM, jnp.int32),

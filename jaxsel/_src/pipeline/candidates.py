@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from jaxsel._src import checks, methods
+from jaxsel._src.constraints import UNCAPPED
 from jaxsel._src import text as text_lib
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.pipeline.embedding import Embedder
@@ -192,3 +193,66 @@ def batch_request(r: int, request, split, *, method: str) -> tuple:
   if not ps:
     raise ValueError(f"`requests[{r}]`: the documents contain no text.")
   return q, ps, None if ps is docs else docs
+
+
+def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: float, k,
+                index: bool = False, name: str = "") -> Optional[tuple]:
+  """A request's constraints as `(pinned [P], cap_groups [N], cap)` (`solve.pad_batch`), or
+  None. Indices and labels refer to `documents_or_index` as the caller gave it: for documents
+  the Pipeline splits, `pinned` names documents (every passage of each, in order) and
+  `groups` gives one label per document; for `Passage`s (or texts with embeddings) they name
+  candidates. Labels are any hashable values; `max_per_group` alone groups the passages by
+  their `doc`. Checked here (the solve is traced): ValueError naming the argument."""
+  if pinned is None and groups is None and max_per_group is None:
+    return None
+  passages = cands.passages
+  split = cands.documents is not None
+  size = len(cands.documents) if split else len(passages)
+  what = "documents" if split else "candidates"
+  if groups is not None and max_per_group is None:
+    raise ValueError(f"`{name}groups` needs `max_per_group` (the most picks per group).")
+  cap = checks.integer(max_per_group, "max_per_group", low=0, none=True)
+  pin = []
+  if pinned is not None:
+    if index:
+      raise ValueError(f"`{name}pinned` needs documents or passages: candidates retrieved from an "
+                       "index have no fixed indices.")
+    if isinstance(pinned, (str, bytes)) or not hasattr(pinned, "__iter__"):
+      raise TypeError(f"`{name}pinned` must be a list of indices into the {what}, got {pinned!r}.")
+    items = list(pinned)
+    for x in items:
+      if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= x < size:
+        raise ValueError(f"`{name}pinned` holds {x!r}: each must be an index into the {size} {what}.")
+    if len(set(items)) != len(items):
+      raise ValueError(f"`{name}pinned` repeats an index: {items}.")
+    pin = ([i for d in items for i, p in enumerate(passages) if p.doc == d] if split else
+           [int(x) for x in items])
+  labels = [p.doc for p in passages]
+  if groups is not None:
+    if index:
+      raise ValueError(f"`{name}groups` needs documents or passages (an index's passages are grouped "
+                       "by their `doc` with `max_per_group` alone).")
+    if isinstance(groups, (str, bytes)) or not hasattr(groups, "__len__") or len(groups) != size:
+      raise ValueError(f"`{name}groups` must hold one label per item of the {size} {what}, got "
+                       f"{len(groups) if hasattr(groups, '__len__') else type(groups).__name__}.")
+    groups = list(groups)
+    labels = [groups[p.doc] for p in passages] if split else groups
+  ids = {}
+  try:
+    cap_groups = np.asarray([ids.setdefault(x, len(ids)) for x in labels], np.int32)
+  except TypeError:
+    raise TypeError(f"`{name}groups` labels must be hashable (e.g. str or int).") from None
+  if cap is None:
+    cap_groups[:] = -1
+  pin = np.asarray(pin, np.int32)
+  if k is not None and len(pin) > k:
+    raise ValueError(f"`{name}pinned` holds {len(pin)} passages, more than `k`={k} allows.")
+  spent = float(cands.costs[pin].sum()) if len(pin) else 0.0
+  if spent > budget:
+    raise ValueError(f"`{name}pinned` passages alone cost {spent:g} tokens, over the budget {budget:g}.")
+  if cap is not None and len(pin):
+    full = np.bincount(cap_groups[pin]).max()
+    if full > cap:
+      raise ValueError(f"`{name}pinned` alone breaks `max_per_group`={cap}: {full} pinned passages "
+                       "share a group.")
+  return pin, cap_groups, UNCAPPED if cap is None else cap

@@ -71,6 +71,7 @@ class _Request(NamedTuple):
   exploration: float
   cost_penalty: float
   signals: object  # `bridge.BridgeSignals` or None
+  constraints: Optional[tuple] = None  # `candidates.constraints`: (pinned, cap_groups, cap)
 
 
 def _certificate(out: solve_lib.Output, method: str) -> dict:
@@ -312,6 +313,15 @@ class Pipeline:
       return result
     return reader_lib.fit(result, self.tokenizer, r.budget if np.isfinite(r.budget) else None)
 
+  def _check_pinned(self, cons: Optional[tuple], name: str = "pinned") -> Optional[tuple]:
+    """`cons`, when its pinned fit the orders a search or baseline builds (`max_depth`)."""
+    depth = self.config.max_depth
+    if cons is not None and depth is not None and self.config.method not in methods.SUBMODULAR \
+        and len(cons[0]) > depth:
+      raise ValueError(f"`{name}` holds {len(cons[0])} passages, more than `max_depth`={depth} "
+                       f"of method {self.config.method!r} allows.")
+    return cons
+
   def _request(self, queries, cands, q_emb, budget) -> _Request:
     """The request with its search settings (the agent's, when there is one) and text signals."""
     cfg = self.config
@@ -348,7 +358,7 @@ class Pipeline:
         scorer=r.scorer, iterations=r.iterations, nonneg=cfg.nonneg, dense=dense,
         backend=cfg.backend, knapsack=bool(np.isfinite(r.budget)),
         use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
-        top_up=cfg.method == "corag" and cfg.top_up)
+        top_up=cfg.method == "corag" and cfg.top_up, constrained=r.constraints is not None)
 
   def _solve(self, requests: Sequence[_Request], *, k, min_gain, batched: bool) -> list:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
@@ -359,7 +369,8 @@ class Pipeline:
     groups = collections.defaultdict(list)
     for i, r in enumerate(requests):
       groups[(solve_lib.bucket(len(r.candidates.passages)), solve_lib.query_bucket(len(r.queries)),
-              r.scorer, r.iterations, bool(np.isfinite(r.budget)))].append(i)
+              r.scorer, r.iterations, bool(np.isfinite(r.budget)),
+              r.constraints is not None)].append(i)
     outs = [None] * len(requests)
     for (n_pad, q_pad, *_), rows in groups.items():
       # k is static: bucketed too (the picks are cut to the request's own k afterwards).
@@ -367,8 +378,8 @@ class Pipeline:
                                   k=n_pad if k is None else min(int(k), n_pad), min_gain=min_gain)
       inputs = solve_lib.pad_batch(
           [(requests[i].query_embeddings, requests[i].candidates.embeddings,
-            requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals)
-           for i in rows], n=n_pad, q=q_pad)
+            requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
+            requests[i].constraints) for i in rows], n=n_pad, q=q_pad)
       settings = [solve_lib.Settings.of(
           budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
           exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
@@ -388,7 +399,8 @@ class Pipeline:
     # A searched order is not a greedy ranking (a later chunk may pay off only after an
     # earlier one), so `min_gain` cuts only the greedy baselines after the fact.
     order, gains, curve = solve_lib.picks(
-        out, n=len(passages), k=k, min_gain=min_gain if cfg.method in methods.BASELINES else None)
+        out, n=len(passages), k=k, min_gain=min_gain if cfg.method in methods.BASELINES else None,
+        pinned=0 if r.constraints is None else len(r.constraints[0]))
     rel = out.relevance[:len(r.queries), :len(passages)] if r.queries else None
     picked = [passages[i] for i in order]
     return SelectionResult(
@@ -403,7 +415,8 @@ class Pipeline:
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
              min_gain: Optional[float] = None, embeddings=None,
-             query_embeddings=None, sources=None) -> SelectionResult:
+             query_embeddings=None, sources=None, pinned=None, groups=None,
+             max_per_group: Optional[int] = None) -> SelectionResult:
     """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
 
     Args:
@@ -423,32 +436,55 @@ class Pipeline:
         (what the framework adapters pass). They serve relevance and similarity alike.
       query_embeddings: `[Q, D]` embeddings of `queries`, likewise.
       sources: names of the documents (e.g. file names), recorded on their passages.
+      pinned: indices into `documents_or_index` that are picked first, in that order, and
+        count against `k` and the budget: for documents the Pipeline splits, document indices
+        (every passage of each document, in reading order); for `Passage`s (or texts given
+        with `embeddings`), candidate indices. Not for a `VectorIndex`.
+      groups: one hashable label per item of `documents_or_index` (per document when the
+        Pipeline splits them, else per passage), e.g. each passage's source; with
+        `max_per_group`. Default: each passage's `doc` (its document).
+      max_per_group: the most picks per group (pinned ones count). Every method honours the
+        three (greedy and CORAG in the core, NaiveRAG and MMR in their fill).
     """
     queries = cands_lib.as_queries(queries)
     if self.config.method is None:
       return self.resolved(queries).select(
           queries, documents_or_index, budget=budget, k=k, min_gain=min_gain,
-          embeddings=embeddings, query_embeddings=query_embeddings, sources=sources)
+          embeddings=embeddings, query_embeddings=query_embeddings, sources=sources,
+          pinned=pinned, groups=groups, max_per_group=max_per_group)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     cands_lib.check_queries(self.config.method, queries)  # before any embedding
     cands = self._candidates(queries, documents_or_index, embeddings, sources, budget)
     budget = cands_lib.check_budget(budget, k, cands.costs)
     q_emb = cands_lib.query_embeddings(queries, query_embeddings, cands.embeddings.shape[1],
                                        self._embedder)
-    r = self._request(queries, cands, q_emb, budget)
+    cons = self._check_pinned(cands_lib.constraints(
+        cands, pinned, groups, max_per_group, budget=budget, k=k,
+        index=isinstance(self.index if documents_or_index is None else documents_or_index,
+                         VectorIndex) and embeddings is None))
+    r = self._request(queries, cands, q_emb, budget)._replace(constraints=cons)
     out, = self._solve([r], k=k, min_gain=min_gain, batched=False)
     return self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
 
   def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
-                  min_gain: Optional[float] = None) -> list:
+                  min_gain: Optional[float] = None, pinned: Optional[Sequence] = None,
+                  groups: Optional[Sequence] = None, max_per_group: Optional[int] = None) -> list:
     """Runs independent requests `[(queries, documents), ...]` in one batched call.
 
     Each request is embedded as `select` embeds it (texts seen before come from the embedding
     cache); the requests are padded (with a `valid` mask) and selected by `jax.vmap`-ed solves,
     one per shape bucket and search choice, for every method. Results equal `select` on each
     request: the same picks in the same order (gains to rounding).
+
+    `pinned` and `groups` hold one entry per request (each as `select` takes it, or None);
+    `max_per_group` applies to every request.
     """
     requests = list(requests)
+    for name, per in (("pinned", pinned), ("groups", groups)):
+      if per is not None and (isinstance(per, (str, bytes)) or len(per) != len(requests)):
+        raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
+    pinned = [None] * len(requests) if pinned is None else list(pinned)
+    groups = [None] * len(requests) if groups is None else list(groups)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     if not requests:
       raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
@@ -460,8 +496,10 @@ class Pipeline:
         by_method[self.resolved(req[0]).method].append(r)
       results = [None] * len(requests)
       for method, rows in by_method.items():
-        outs = self.replace(method=method).select_many([requests[r] for r in rows],
-                                                        budget=budget, k=k, min_gain=min_gain)
+        outs = self.replace(method=method).select_many(
+            [requests[r] for r in rows], budget=budget, k=k, min_gain=min_gain,
+            pinned=[pinned[r] for r in rows], groups=[groups[r] for r in rows],
+            max_per_group=max_per_group)
         for r, out in zip(rows, outs):
           results[r] = out
       return results
@@ -476,15 +514,19 @@ class Pipeline:
     # queries in another): an encoder's float sums depend on what shares a batch, and a
     # last-bit difference can swap a near tie, so one request must not be embedded two ways.
     # The solves are batched.
+    cons = [self._check_pinned(cands_lib.constraints(
+        cands_lib.Candidates(ps, None, None, docs, s), pinned[r], groups[r], max_per_group,
+        budget=b, k=k, name=f"requests[{r}]."), f"requests[{r}].pinned")
+            for r, ((_, ps, docs), b, s) in enumerate(zip(checked, budgets, sent))]
     prepared = []
-    for (q, ps, docs), b, s in zip(checked, budgets, sent):
+    for r, ((q, ps, docs), b, s) in enumerate(zip(checked, budgets, sent)):
       if self.late_chunking and docs is not None:
         e = sym = self._embedder.late_chunks(docs, ps)
       else:
         e, sym = self._embedder.passages([p.text for p in ps])
       cands = cands_lib.Candidates(ps, e, sym, docs, s)
       q_emb = cands_lib.query_embeddings(q, None, e.shape[1], self._embedder) if q else None
-      prepared.append(self._request(q, cands, q_emb, b))
+      prepared.append(self._request(q, cands, q_emb, b)._replace(constraints=cons[r]))
     outs = self._solve(prepared, k=k, min_gain=min_gain, batched=True)
     return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
             for r, out in zip(prepared, outs)]

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxsel._src import constraints as cons_lib
 from jaxsel._src import methods
 from jaxsel._src import tree as tree_lib
 from jaxsel._src.base import NO_ITEM
@@ -65,6 +66,10 @@ class Inputs(NamedTuple):
   overlap: Array  # [N] lexical overlap with the queries (`bridge.lexical_signals`)
   covered: Array  # [N, N] the queries' words passages i and j hold together
   shared: Array  # [N, N] the non-query words passages i and j share
+  # Constraints (read when `SolveConfig.constrained`; padded candidates: no group, uncapped).
+  pinned: Optional[Array] = None  # [N] int32 candidates picked first, in order; -1 after
+  cap_groups: Optional[Array] = None  # [N] int32 group id of each candidate in [0, N); -1: none
+  caps: Optional[Array] = None  # [N] int32 most picks per group id
 
 
 class Settings(NamedTuple):
@@ -97,6 +102,8 @@ class SolveConfig:
     knapsack: greedy under the budget (a finite `Settings.budget`), or plain greedy.
     use_min_gain: greedy stops below `Settings.min_gain`.
     top_up: fill the budget the CORAG search leaves with the most relevant candidates.
+    constrained: honour `Inputs.pinned`, `cap_groups` and `caps` (else they are not read, and
+      greedy keeps its native fused run).
   """
   method: str
   k: int
@@ -110,6 +117,7 @@ class SolveConfig:
   knapsack: bool = True
   use_min_gain: bool = False
   top_up: bool = False
+  constrained: bool = False
 
 
 class Output(NamedTuple):
@@ -153,13 +161,16 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   """Picks for one padded request (see the module docstring); `jax.vmap` it for a batch."""
   c = config
   req = request(inputs, nonneg=c.nonneg, dense=c.dense)
+  cons = {}
+  if c.constrained:
+    cons = {"pinned": inputs.pinned, "groups": inputs.cap_groups, "max_per_group": inputs.caps}
   no = jnp.zeros((), bool)
   nan = jnp.full((), jnp.nan, jnp.float32)
   if c.method in methods.SUBMODULAR:
     obj = methods.objective(c.method, req, nonneg=c.nonneg, backend=c.backend)
     knapsack = {"costs": req.costs, "budget": settings.budget} if c.knapsack else {}
     sel = greedy(obj, k=c.k, min_gain=settings.min_gain if c.use_min_gain else None,
-                 method=c.greedy_method, **knapsack,
+                 method=c.greedy_method, **knapsack, **cons,
                  key=jax.random.key(0) if c.greedy_method == "stochastic" else None)
     return Output(sel.indices, sel.gains.astype(jnp.float32), sel.values.astype(jnp.float32),
                   sel.count, req.relevance, no,
@@ -169,18 +180,21 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   rel = methods.best_relevance(req)
   if c.method == "naive":
     sc = methods.scorer(BASELINE_SCORERS["naive"], req, discount=1.0)  # curve: total relevance
-    res = naive_rag(sc, req.costs, budget=total, max_depth=c.depth, relevance=rel, valid=req.valid)
+    res = naive_rag(sc, req.costs, budget=total, max_depth=c.depth, relevance=rel, valid=req.valid,
+                    **cons)
   elif c.method == "mmr":
     sc = methods.scorer(BASELINE_SCORERS["mmr"], req, discount=1.0)  # curve: f(S)
     res = mmr(sc, req.costs, budget=total, similarity=req.similarity, diversity=settings.diversity,
-              max_depth=c.depth, relevance=rel, valid=req.valid)
+              max_depth=c.depth, relevance=rel, valid=req.valid, **cons)
   else:
     sc = methods.scorer(c.scorer, req, discount=settings.discount)
     res = corag_search(sc, req.costs, budget=total, iterations=c.iterations,
                        exploration=settings.exploration, cost_penalty=settings.cost_penalty,
-                       max_depth=c.depth, valid=req.valid)
+                       max_depth=c.depth, valid=req.valid, **cons)
     if c.top_up:
-      res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid))
+      res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid,
+                                   cons_lib.check(None, cons.get("groups"), cons.get("max_per_group"),
+                                                  n=req.costs.shape[0])))
   curve, gains = _prefix_values(sc, res.order)
   if res.tree is None:  # a baseline
     return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite, nan, nan, no,
@@ -190,10 +204,11 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
                 exhausted, searched, estimate)
 
 
-def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: Array) -> dict:
+def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: Array,
+            cons=None) -> dict:
   """The searched `order` `[T]` followed by the unused valid candidates in decreasing relevance
-  (ties to the lower index) that still fit the budget, while positions are left: NaiveRAG on
-  what the search left over. -> `{"order", "length", "cost"}`."""
+  (ties to the lower index) that still fit the budget (and their group's cap, `cons`), while
+  positions are left: NaiveRAG on what the search left over. -> `{"order", "length", "cost"}`."""
   t, n = order.shape[0], costs.shape[0]
   length = jnp.sum(order >= 0).astype(jnp.int32)
   used = jnp.zeros((n,), bool).at[jnp.where(order >= 0, order, n)].set(True, mode="drop")
@@ -204,6 +219,7 @@ def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: 
     order, length, spent = c
     j = ranked[i]
     take = valid[j] & ~used[j] & (spent + costs[j] <= budget) & (length < t)
+    take &= cons_lib.room(cons, cons_lib.used(order, n))[j]
     order = jnp.where(take, order.at[jnp.minimum(length, t - 1)].set(j), order)
     return order, length + take.astype(jnp.int32), spent + jnp.where(take, costs[j], 0)
 
@@ -221,8 +237,9 @@ def row(tree: NamedTuple, i: int):
 def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
   """`[B]` requests padded to `n` candidates and `q` queries, host side, written straight into
   the `[B, ...]` arrays. Each request is `(q_emb [Q, D] or None, p_emb [M, D], s_emb [M, D],
-  costs [M], signals)`, `signals` a `bridge.BridgeSignals` or None; padded candidates are
-  invalid and each its own group."""
+  costs [M], signals[, constraints])`, `signals` a `bridge.BridgeSignals` or None,
+  `constraints` None or `(pinned [P], cap_groups [M] ids in [0, M) or -1, cap int)`; padded
+  candidates are invalid and each its own group (and in no capped group)."""
   b, d = len(requests), requests[0][1].shape[1]
   out = Inputs(query=np.zeros((b, q, d), np.float32), query_valid=np.zeros((b, q), bool),
                passages=np.zeros((b, n, d), np.float32), symmetric=np.zeros((b, n, d), np.float32),
@@ -231,9 +248,16 @@ def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
                entities=np.zeros((b, n, n), np.float32),
                groups=np.broadcast_to(np.arange(n, dtype=np.int32), (b, n)).copy(),
                overlap=np.zeros((b, n), np.float32), covered=np.zeros((b, n, n), np.float32),
-               shared=np.zeros((b, n, n), np.float32))
-  for i, (q_emb, p_emb, s_emb, costs, signals) in enumerate(requests):
+               shared=np.zeros((b, n, n), np.float32), pinned=np.full((b, n), NO_ITEM, np.int32),
+               cap_groups=np.full((b, n), NO_ITEM, np.int32),
+               caps=np.full((b, n), cons_lib.UNCAPPED, np.int32))
+  for i, (q_emb, p_emb, s_emb, costs, signals, *rest) in enumerate(requests):
     m = p_emb.shape[0]
+    if rest and rest[0] is not None:
+      pinned, cap_groups, cap = rest[0]
+      out.pinned[i, :len(pinned)] = pinned
+      out.cap_groups[i, :m] = cap_groups
+      out.caps[i] = cap
     if q_emb is not None:
       out.query[i, :q_emb.shape[0]] = q_emb
       out.query_valid[i, :q_emb.shape[0]] = True
@@ -272,15 +296,16 @@ def run(inputs: Inputs, settings: Settings, config: SolveConfig, *, batched: boo
   return jax.tree.map(np.asarray, out)
 
 
-def picks(out: Output, *, n: int, k: Optional[int], min_gain: Optional[float] = None) -> tuple:
+def picks(out: Output, *, n: int, k: Optional[int], min_gain: Optional[float] = None,
+          pinned: int = 0) -> tuple:
   """(order, gains, curve) `[K]` of one request's `Output` with `n` real candidates: at most
-  `k` picks, and with `min_gain` cut before the first gain below it (how the greedy baselines,
-  which rank, honour it after the fact)."""
+  `k` picks, and with `min_gain` cut before the first gain below it past the first `pinned`
+  picks (how the greedy baselines, which rank, honour it after the fact)."""
   count = min(int(out.count), n if k is None else min(int(k), n))
   order = np.asarray(out.order[:count], np.int64)
   gains, curve = np.asarray(out.gains[:count]), np.asarray(out.curve[:count])
   if min_gain is not None:
-    low = np.nonzero(gains < min_gain)[0]
+    low = np.nonzero(gains[pinned:] < min_gain)[0] + pinned
     if len(low):
       order, gains, curve = order[:low[0]], gains[:low[0]], curve[:low[0]]
   return order, gains, curve
