@@ -48,7 +48,8 @@ def cmd_select(args, out) -> None:
   unit = args.unit or ("passage" if queries else "sentence")
   pipe = make_pipeline(args, args.method, unit)  # default: corag with queries, coverage without
   announce_large_input(pipe, texts)
-  _emit(args, _select(pipe, queries, texts, args, sources=sources), out)
+  _emit(args, _select(pipe, queries, texts, args, sources=sources,
+                      max_per_group=args.max_per_doc), out)
 
 
 def cmd_index_build(args, out) -> None:

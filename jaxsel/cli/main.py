@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="candidates: sentences (default without query), passages (with), or words "
                       "(token-level selection in whole words; implies --late-chunking)")
   p.add_argument("--prompt", action="store_true", help="print the LLM prompt instead of a table")
+  p.add_argument("--max-per-doc", type=arg_whole, default=None, metavar="N",
+                 help="pick at most N passages from each file (each document a group)")
   _common(p)
   _late_chunking(p)
   p.set_defaults(func=cmd_select)

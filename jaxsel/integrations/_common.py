@@ -73,11 +73,44 @@ def check_k(k):
   return checks.integer(k, "k", none=True)
 
 
-def check_settings(*, method, budget, k, order) -> None:
+def check_settings(*, method, budget, k, order, group_by=None, max_per_group=None) -> None:
   check_method(method)
   check_budget(budget)
   check_k(k)
   check_order(order)
+  check_groups(group_by, max_per_group)
+
+
+def check_groups(group_by, max_per_group) -> None:
+  """`group_by` (a metadata key) and `max_per_group` (an int >= 1) go together."""
+  if (group_by is None) != (max_per_group is None):
+    raise ValueError("`group_by` (a metadata key) and `max_per_group` (the most kept per value of "
+                     "it) go together: pass both or neither.")
+  if group_by is not None and not isinstance(group_by, str):
+    raise TypeError(f"`group_by` must be a metadata key (a str), got {type(group_by).__name__}.")
+  checks.integer(max_per_group, "max_per_group", none=True)
+
+
+def group_labels(metadata: Sequence[Any], group_by: Optional[str]) -> Optional[list]:
+  """One label per candidate: its `metadata[group_by]` (a candidate without the key, or with
+  an unhashable value's repr, is in a group of its own when the key is missing); None without
+  `group_by`."""
+  if group_by is None:
+    return None
+  labels = []
+  for i, meta in enumerate(metadata):
+    value = (meta or {}).get(group_by, _Own(i))
+    try:
+      hash(value)
+    except TypeError:
+      value = repr(value)
+    labels.append(value)
+  return labels
+
+
+class _Own(NamedTuple):
+  """The group of a candidate without the `group_by` key: its own."""
+  index: int
 
 
 def resolve_method(method, pipeline) -> str:
@@ -171,13 +204,15 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
                       costs: np.ndarray, *, embeddings: Optional[np.ndarray],
                       query_embedding: Optional[np.ndarray], method: str, budget, k, min_gain,
                       order: str, what: str, query_hint: str,
-                      contents: Optional[Sequence[str]] = None):
+                      contents: Optional[Sequence[str]] = None, groups: Optional[list] = None,
+                      max_per_group: Optional[int] = None):
   """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
 
   With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.
   A candidate whose `contents` (its own text, default `texts`) is blank is never picked; a
   budget below every other candidate's cost picks nothing and logs a warning (`result` is
-  then None), as the module docstring says.
+  then None), as the module docstring says. `groups` (one label per candidate, `group_labels`)
+  with `max_per_group` keeps at most that many per label.
   """
   check_settings(method=method, budget=budget, k=k, order=order)
   if not isinstance(query, str) or not query.strip():
@@ -199,8 +234,11 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
     check_dimensions(pipeline, embeddings, query_embedding, what=what, query_hint=query_hint)
     embeddings = embeddings[keep]
     q_emb = None if query_embedding is None else query_embedding[None]
+  caps = {}
+  if max_per_group is not None:
+    caps = {"groups": [groups[i] for i in keep], "max_per_group": max_per_group}
   result = pipeline.select(query, passages, budget=budget, k=k, min_gain=min_gain,
-                           embeddings=embeddings, query_embeddings=q_emb)
+                           embeddings=embeddings, query_embeddings=q_emb, **caps)
   scores = np.zeros(len(result.indices)) if result.scores is None else result.scores
   picks = [Pick(keep[int(i)], r, float(s), float(g))
            for r, (i, s, g) in enumerate(zip(result.indices, scores, result.gains))]

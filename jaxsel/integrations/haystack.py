@@ -19,7 +19,7 @@ from typing import Any, Optional
 import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, require, resolve_method, select_candidates,
-                                        stack_embeddings, TokenizerLike)
+                                        stack_embeddings, TokenizerLike, group_labels)
 
 require("haystack", "Haystack", "haystack")
 
@@ -63,15 +63,20 @@ class JaxselRanker:
       builder joins them its own way; its separators are not counted).
     order: ``"input"`` or ``"selection"``.
     reuse_embeddings: use the documents' own embeddings when they all have one.
+    group_by, max_per_group: keep at most `max_per_group` documents per value of
+      `meta[group_by]` (e.g. ``"file_path"``; a document without the key is its own group).
   """
 
   def __init__(self, pipeline: Optional[jaxsel.Pipeline] = None, *, encoder=None,
                budget: Optional[float] = None, method: Optional[str] = None,
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
-               reuse_embeddings: bool = True):
+               reuse_embeddings: bool = True, group_by: Optional[str] = None,
+               max_per_group: Optional[int] = None):
     method = resolve_method(method, pipeline)
-    check_settings(method=method, budget=budget, k=k, order=order)
+    check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
+                   max_per_group=max_per_group)
+    self.group_by, self.max_per_group = group_by, max_per_group
     if pipeline is not None and encoder is not None:
       raise TypeError("Give `pipeline` or `encoder`, not both (a pipeline has its encoder).")
     self.encoder = encoder
@@ -101,7 +106,8 @@ class JaxselRanker:
     return default_to_dict(
         self, encoder=None if self.encoder is None else os.fspath(self.encoder),
         budget=self.budget, method=self.method, k=self.k, min_gain=self.min_gain,
-        order=self.order, reuse_embeddings=self.reuse_embeddings)
+        order=self.order, reuse_embeddings=self.reuse_embeddings, group_by=self.group_by,
+        max_per_group=self.max_per_group)
 
   @classmethod
   def from_dict(cls, data: dict[str, Any]) -> "JaxselRanker":
@@ -140,7 +146,9 @@ class JaxselRanker:
         pipeline, query, texts, costs, embeddings=emb, query_embedding=query_emb,
         method=self.method, budget=self.budget if budget is None else budget,
         k=self.k if k is None else k, min_gain=self.min_gain, order=self.order,
-        what="document", query_hint="connect the query's embedding to `query_embedding`")
+        what="document", query_hint="connect the query's embedding to `query_embedding`",
+        groups=group_labels([d.meta for d in documents], self.group_by),
+        max_per_group=self.max_per_group)
     out = []
     for p in picks:
       doc = documents[p.index]

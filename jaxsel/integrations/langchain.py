@@ -18,7 +18,8 @@ from typing import Any, Optional, Sequence
 import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, DEFAULT_METHOD, require, resolve_method,
-                                        select_candidates, stack_embeddings, TokenizerLike)
+                                        select_candidates, stack_embeddings, TokenizerLike,
+                                        group_labels)
 
 require("langchain_core", "LangChain", "langchain")
 
@@ -66,6 +67,8 @@ class JaxselCompressor(BaseDocumentCompressor):
     embeddings: a LangChain `Embeddings` model for the query and documents without vectors.
     embedding_key: the metadata key holding a document's embedding.
     reuse_embeddings: use the documents' stored embeddings.
+    group_by, max_per_group: keep at most `max_per_group` documents per value of
+      `metadata[group_by]` (e.g. ``"source"``; a document without the key is its own group).
   """
 
   model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -78,6 +81,8 @@ class JaxselCompressor(BaseDocumentCompressor):
   embeddings: Optional[Embeddings] = None
   embedding_key: str = "embedding"
   reuse_embeddings: bool = True
+  group_by: Optional[str] = None
+  max_per_group: Optional[int] = None
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -86,12 +91,15 @@ class JaxselCompressor(BaseDocumentCompressor):
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
                embeddings: Optional[Embeddings] = None, embedding_key: str = "embedding",
-               reuse_embeddings: bool = True, **kwargs: Any):
+               reuse_embeddings: bool = True, group_by: Optional[str] = None,
+               max_per_group: Optional[int] = None, **kwargs: Any):
     method = resolve_method(method, pipeline)
-    check_settings(method=method, budget=budget, k=k, order=order)
+    check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
+                   max_per_group=max_per_group)
     super().__init__(budget=budget, method=method, k=k, min_gain=min_gain, order=order,
                      embeddings=embeddings, embedding_key=embedding_key,
-                     reuse_embeddings=reuse_embeddings, **kwargs)
+                     reuse_embeddings=reuse_embeddings, group_by=group_by,
+                     max_per_group=max_per_group, **kwargs)
     self._pipeline = build_pipeline(pipeline, encoder)
     self._tokenizer = tokenizer
 
@@ -131,7 +139,9 @@ class JaxselCompressor(BaseDocumentCompressor):
         self._pipeline, query, texts, costs, embeddings=emb, query_embedding=query_emb,
         method=self.method, budget=self.budget, k=self.k, min_gain=self.min_gain,
         order=self.order, what="document",
-        query_hint="pass your vector store's `embeddings=` model to embed the query")
+        query_hint="pass your vector store's `embeddings=` model to embed the query",
+        groups=group_labels([d.metadata for d in documents], self.group_by),
+        max_per_group=self.max_per_group)
     out = []
     for p in picks:
       doc = documents[p.index]

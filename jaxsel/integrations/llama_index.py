@@ -16,7 +16,8 @@ from typing import Any, List, Optional
 import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, DEFAULT_METHOD, require, resolve_method,
-                                        select_candidates, stack_embeddings, TokenizerLike)
+                                        select_candidates, stack_embeddings, TokenizerLike,
+                                        group_labels)
 
 require("llama_index.core", "LlamaIndex", "llama-index")
 
@@ -62,6 +63,8 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     tokenizer: counts tokens (see above).
     order: ``"input"`` or ``"selection"``.
     reuse_embeddings: use the nodes' own embeddings when they all have one.
+    group_by, max_per_group: keep at most `max_per_group` nodes per value of
+      `node.metadata[group_by]` (e.g. ``"file_name"``; a node without the key is its own group).
   """
 
   budget: Optional[float] = Field(default=None, description="Most tokens of the selected nodes.")
@@ -71,6 +74,8 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
   order: str = Field(default="input", description="'input' or 'selection' order of the output.")
   reuse_embeddings: bool = Field(default=True,
                                  description="Use the nodes' embeddings when all have one.")
+  group_by: Optional[str] = Field(default=None, description="Metadata key that groups nodes.")
+  max_per_group: Optional[int] = Field(default=None, description="Most nodes kept per group.")
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -78,11 +83,14 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
                budget: Optional[float] = None, method: Optional[str] = None,
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
-               reuse_embeddings: bool = True, **kwargs: Any):
+               reuse_embeddings: bool = True, group_by: Optional[str] = None,
+               max_per_group: Optional[int] = None, **kwargs: Any):
     method = resolve_method(method, pipeline)
-    check_settings(method=method, budget=budget, k=k, order=order)
+    check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
+                   max_per_group=max_per_group)
     super().__init__(budget=budget, method=method, k=k, min_gain=min_gain, order=order,
-                     reuse_embeddings=reuse_embeddings, **kwargs)
+                     reuse_embeddings=reuse_embeddings, group_by=group_by,
+                     max_per_group=max_per_group, **kwargs)
     self._pipeline = build_pipeline(pipeline, encoder)
     self._tokenizer = tokenizer
 
@@ -119,6 +127,8 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
           query_embedding=query_emb, method=self.method, budget=self.budget, k=self.k,
           min_gain=self.min_gain, order=self.order, what="node",
           contents=[n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes],
+          groups=group_labels([n.node.metadata for n in nodes], self.group_by),
+          max_per_group=self.max_per_group,
           query_hint="give the query embedding (`QueryBundle(query_str, embedding=...)`)")
       out = [NodeWithScore(node=nodes[p.index].node, score=p.score) for p in picks]
       event.on_end(payload={EventPayload.NODES: out})
