@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Optional, Sequence
 
 from jaxsel._src.defaults import DEFAULT_MAX_NEW_TOKENS
