@@ -25,12 +25,6 @@ def pad_batch(feats: Sequence, n: int):
       [(f.query[None], f.emb, f.emb, f.costs, f.signals) for f in feats], n=n, q=1)
 
 
-def request_of(inputs) -> jaxsel.registry.Request:
-  """The `jaxsel.registry.Request` of one padded question of `pad_batch`, built by the
-  Pipeline's own function (`registry.pipeline_request`)."""
-  return jaxsel.registry.pipeline_request(inputs)
-
-
 def select(feats: Sequence, scorer, *, encoder, budget: float, iterations: int = 15,
            exploration: float = 2.0, cost_penalty: float = 0.2, top_up: bool = True) -> list:
   """CORAG picks (candidate indices in order) of every question, by `Pipeline.select_many`

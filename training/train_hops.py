@@ -46,7 +46,7 @@ N_PAD = 20  # every question padded to 20 candidates (HotpotQA and 2Wiki have 10
 
 
 def _features_one(x):
-  req = hop_search.request_of(x)
+  req = methods.pipeline_request(x)  # the Pipeline's own request of a padded question
   rel = jnp.max(req.relevance, axis=0)
   uf = hops.unary_features(rel, req.similarity, req.mentioned, req.costs, req.valid,
                            overlap=req.overlap)

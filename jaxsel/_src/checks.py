@@ -281,6 +281,15 @@ def available_bytes() -> Optional[int]:
     return None
 
 
+def shortfall(need_bytes: float) -> Optional[int]:
+  """The free memory (`available_bytes`) when `need_bytes` cannot fit in it, else None: below
+  1 GiB, or where the free memory is unknown, nothing is asked of the system."""
+  if need_bytes < 1 << 30:  # not worth a system call
+    return None
+  free = available_bytes()
+  return free if free is not None and need_bytes > free else None
+
+
 def fits(need_bytes: float, name: str, value, *, what: str, fix: str) -> None:
   """Raises a ValueError before allocating `need_bytes` for `what` that cannot fit in the memory
   the default device can still allocate (`available_bytes`: free device memory, or the
@@ -288,10 +297,8 @@ def fits(need_bytes: float, name: str, value, *, what: str, fix: str) -> None:
   and `fix`. Below 1 GiB, or where the free memory is unknown, nothing is checked. (An
   allocation that cannot fit ends in a bare `MemoryError` after swapping, XLA's
   `RESOURCE_EXHAUSTED`, or an abort of the whole process on XLA:CPU.)"""
-  if need_bytes < 1 << 30:  # not worth a system call
-    return
-  free = available_bytes()
-  if free is not None and need_bytes > free:
+  free = shortfall(need_bytes)
+  if free is not None:
     shown = (f"{value:,}" if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
              else value if isinstance(value, str) else repr(value))  # a str: words, not a value
     raise ValueError(f"`{name}`={shown} needs about {_size(need_bytes)} for {what}, but only "

@@ -98,10 +98,8 @@ def check_fits(shape, dtype, copies: int, what: str) -> None:
   fit, naming the size and the objectives that need no `[N, N]` matrix. (XLA:CPU aborts the
   whole process on such an allocation instead of raising.)"""
   need = copies * int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
-  if need < 1 << 30:  # below 1 GiB: not worth a system call
-    return
-  free = checks.available_bytes()
-  if free is not None and need > free:
+  free = checks.shortfall(need)
+  if free is not None:
     raise MemoryError(
         f"{what} of shape {tuple(shape)} needs about {need / 2**30:.1f} GiB "
         f"({copies} × {np.dtype(dtype).name}), but only {free / 2**30:.1f} GiB is free. For large "

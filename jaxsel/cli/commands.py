@@ -32,7 +32,7 @@ def _emit(args, result, out) -> None:
 
 
 def _select(pipe, queries, source, args, **extra):
-  if getattr(args, "scorer", None) and pipe.resolved(queries).method != "corag":
+  if getattr(args, "scorer", None) and pipe.method_for(queries) != "corag":
     raise CLIError("--scorer applies to --method corag only.", 2)
   with bad_input():
     return pipe.select(queries or None, source, budget=args.budget, k=args.k,

@@ -148,15 +148,22 @@ class Pipeline:
 
   @property
   def method(self) -> Optional[str]:
-    """The selection method (`config.method`); None: chosen per request (`resolved`)."""
+    """The selection method (`config.method`); None: chosen per request (`method_for`)."""
     return self.config.method
+
+  def method_for(self, queries) -> str:
+    """The method a request with `queries` is selected with: this pipeline's, else the default
+    for a request with or without a question (`jaxsel.default_method`)."""
+    if self.config.method is not None:
+      return self.config.method
+    return default_method(bool(cands_lib.as_queries(queries)))
 
   def resolved(self, queries) -> "Pipeline":
     """This pipeline when it has a method, else a copy (sharing the encoder and the embedding
-    cache) with the default method for `queries` (`jaxsel.default_method`)."""
+    cache) with the default method for `queries` (`method_for`)."""
     if self.config.method is not None:
       return self
-    return self.replace(method=default_method(bool(cands_lib.as_queries(queries))))
+    return self.replace(method=self.method_for(queries))
 
   @property
   def late_chunking(self) -> bool:
@@ -493,7 +500,7 @@ class Pipeline:
       for r, req in enumerate(requests):
         if not isinstance(req, (tuple, list)) or len(req) != 2:
           raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
-        by_method[self.resolved(req[0]).method].append(r)
+        by_method[self.method_for(req[0])].append(r)
       results = [None] * len(requests)
       for method, rows in by_method.items():
         outs = self.replace(method=method).select_many(
