@@ -475,7 +475,9 @@ class Pipeline:
 
   def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
                   min_gain: Optional[float] = None, pinned: Optional[Sequence] = None,
-                  groups: Optional[Sequence] = None, max_per_group: Optional[int] = None) -> list:
+                  groups: Optional[Sequence] = None, max_per_group: Optional[int] = None,
+                  embeddings: Optional[Sequence] = None,
+                  query_embeddings: Optional[Sequence] = None) -> list:
     """Runs independent requests `[(queries, documents), ...]` in one batched call.
 
     Each request is embedded as `select` embeds it (texts seen before come from the embedding
@@ -483,15 +485,19 @@ class Pipeline:
     one per shape bucket and search choice, for every method. Results equal `select` on each
     request: the same picks in the same order (gains to rounding).
 
-    `pinned` and `groups` hold one entry per request (each as `select` takes it, or None);
-    `max_per_group` applies to every request.
+    `pinned`, `groups`, `embeddings` and `query_embeddings` hold one entry per request (each
+    as `select` takes it, or None); `max_per_group` applies to every request. A request with
+    `embeddings` (`[N, D]`, one row per item of its documents, taken as passages) and
+    `query_embeddings` (`[Q, D]`) is embedded by nobody; its solve is batched with the others.
     """
     requests = list(requests)
-    for name, per in (("pinned", pinned), ("groups", groups)):
+    per_request = {"pinned": pinned, "groups": groups, "embeddings": embeddings,
+                   "query_embeddings": query_embeddings}
+    for name, per in per_request.items():
       if per is not None and (isinstance(per, (str, bytes)) or len(per) != len(requests)):
         raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
-    pinned = [None] * len(requests) if pinned is None else list(pinned)
-    groups = [None] * len(requests) if groups is None else list(groups)
+      per_request[name] = [None] * len(requests) if per is None else list(per)
+    pinned, groups, embeddings, query_embeddings = per_request.values()
     min_gain = self.config.min_gain if min_gain is None else min_gain
     if not requests:
       raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
@@ -506,13 +512,24 @@ class Pipeline:
         outs = self.replace(method=method).select_many(
             [requests[r] for r in rows], budget=budget, k=k, min_gain=min_gain,
             pinned=[pinned[r] for r in rows], groups=[groups[r] for r in rows],
-            max_per_group=max_per_group)
+            max_per_group=max_per_group, embeddings=[embeddings[r] for r in rows],
+            query_embeddings=[query_embeddings[r] for r in rows])
         for r, out in zip(rows, outs):
           results[r] = out
       return results
     split = lambda docs: self.split(docs, budget=budget)  # noqa: E731
-    checked = [cands_lib.batch_request(r, req, split, method=self.config.method)
-               for r, req in enumerate(requests)]
+    given = {}  # request -> `Candidates` with the caller's embeddings (as `select` takes them)
+    checked = []
+    for r, req in enumerate(requests):
+      if embeddings[r] is None:
+        checked.append(cands_lib.batch_request(r, req, split, method=self.config.method))
+        continue
+      q, items, _ = cands_lib.batch_request(r, req, lambda docs: docs, method=self.config.method)
+      try:
+        given[r] = cands_lib.from_embeddings(items, embeddings[r], self.tokenizer)
+      except (TypeError, ValueError) as e:
+        raise type(e)(f"`embeddings[{r}]`: {e}") from None
+      checked.append((q, given[r].passages, None))
     sent = [None if docs is None else self._sent(cands_lib.Candidates(ps, None, None, docs)).sent
             for _, ps, docs in checked]
     budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]) if s is None
@@ -527,12 +544,18 @@ class Pipeline:
             for r, ((_, ps, docs), b, s) in enumerate(zip(checked, budgets, sent))]
     prepared = []
     for r, ((q, ps, docs), b, s) in enumerate(zip(checked, budgets, sent)):
-      if self.late_chunking and docs is not None:
-        e = sym = self._embedder.late_chunks(docs, ps)
+      if r in given:
+        cands = given[r]
+      elif self.late_chunking and docs is not None:
+        e = self._embedder.late_chunks(docs, ps)
+        cands = cands_lib.Candidates(ps, e, e, docs, s)
       else:
-        e, sym = self._embedder.passages([p.text for p in ps])
-      cands = cands_lib.Candidates(ps, e, sym, docs, s)
-      q_emb = cands_lib.query_embeddings(q, None, e.shape[1], self._embedder) if q else None
+        cands = cands_lib.Candidates(ps, *self._embedder.passages([p.text for p in ps]), docs, s)
+      try:
+        q_emb = None if not q and query_embeddings[r] is None else cands_lib.query_embeddings(
+            q, query_embeddings[r], cands.embeddings.shape[1], self._embedder)
+      except (TypeError, ValueError) as e:
+        raise type(e)(f"`query_embeddings[{r}]`: {e}") from None
       prepared.append(self._request(q, cands, q_emb, b)._replace(constraints=cons[r]))
     outs = self._solve(prepared, k=k, min_gain=min_gain, batched=True)
     return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
