@@ -2,13 +2,22 @@
 (batched by the server) against the same requests sent one at a time, with the server
 embedding (all-MiniLM-L6-v2) and with client-sent embeddings. Loopback only; bounded.
 
-    python bench/serve.py [--requests 128] [--clients 32] [--method corag]
+The server runs in its own process (`--in-process`: on a thread of this one, sharing the
+clients' interpreter lock); the clients send request bodies encoded before the clock starts.
+
+    python bench/serve.py [--requests 128] [--clients 32] [--method corag] [--in-process]
 """
 
 import argparse
 import concurrent.futures
+import contextlib
+import json
 import os
 import platform
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import httpx
@@ -36,9 +45,9 @@ def bodies(n: int, docs: int, *, dim: int = 0, seed: int = 0) -> list:
   return out
 
 
-def timed(url: str, body: dict, client: httpx.Client) -> float:
+def timed(url: str, body: bytes, client: httpx.Client) -> float:
   t0 = time.perf_counter()
-  r = client.post(url + "/v2/rerank", json=body)
+  r = client.post(url + "/v2/rerank", content=body, headers={"content-type": "application/json"})
   r.raise_for_status()
   return time.perf_counter() - t0
 
@@ -68,29 +77,72 @@ def line(name: str, wall: float, lat: list, n: int) -> str:
   return f"| {name} | {n / wall:.1f} | {p50:.0f} | {p99:.0f} |"
 
 
+def app_of(args):
+  pipe = jaxsel.Pipeline(load_model(default_model()), method=args.method)
+  # Compiles the solves of these requests' shapes at start-up (each batch size up to 32).
+  return serve.create_app(pipe, max_batch=args.clients, warm_documents=(args.documents,))
+
+
+@contextlib.contextmanager
+def server_process(args):
+  """`jaxsel serve` as this script in its own process on a free loopback port; its URL."""
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+  argv = [sys.executable, __file__, "--serve-port", str(port), "--clients", str(args.clients),
+          "--documents", str(args.documents)] + (["--method", args.method] if args.method else [])
+  proc = subprocess.Popen(argv)
+  url = f"http://127.0.0.1:{port}"
+  try:
+    deadline = time.monotonic() + 1200
+    while True:
+      if proc.poll() is not None or time.monotonic() > deadline:
+        raise RuntimeError("the server did not start")
+      with contextlib.suppress(httpx.TransportError):
+        if httpx.get(url + "/health", timeout=5).status_code == 200:
+          break
+      time.sleep(0.5)
+    yield url
+  finally:
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+
+
+def encoded(reqs: list) -> list:
+  return [json.dumps(b).encode() for b in reqs]
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--requests", type=int, default=128)
   ap.add_argument("--clients", type=int, default=32)
   ap.add_argument("--documents", type=int, default=10)
   ap.add_argument("--method", default=None)
+  ap.add_argument("--in-process", action="store_true")
+  ap.add_argument("--serve-port", type=int, default=None, help=argparse.SUPPRESS)
   args = ap.parse_args()
-  pipe = jaxsel.Pipeline(load_model(default_model()), method=args.method)
-  app = serve.create_app(pipe, max_batch=args.clients)
+  if args.serve_port is not None:  # the server process
+    import uvicorn
+    uvicorn.run(app_of(args), host="127.0.0.1", port=args.serve_port, log_level="warning")
+    return
   t0 = time.perf_counter()
-  with serve.background(app) as url:
+  with (serve.background(app_of(args)) if args.in_process else server_process(args)) as url:
     print(f"warm-up {time.perf_counter() - t0:.1f} s; cpu {platform.processor() or platform.machine()}"
-          f", {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+          f", {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; server "
+          f"{'in this process' if args.in_process else 'in its own process'}")
     print("| run | requests/s | p50 ms | p99 ms |\n|---|---|---|---|")
     for name, dim in (("server embedding", 0), ("client-sent embeddings", 384)):
-      reqs = bodies(args.requests, args.documents, dim=dim)
-      # Compiles what these shapes need (a batch of each size is its own program), unmeasured.
+      reqs = encoded(bodies(args.requests, args.documents, dim=dim))
+      # Compiles what these shapes need beyond the warm-up (the encoder's), unmeasured.
       one_at_a_time(url, reqs[:4])
       concurrent_clients(url, reqs, args.clients)
       # the embedding cache would serve the second run's texts: fresh texts for each run
-      alone = one_at_a_time(url, bodies(args.requests, args.documents, dim=dim, seed=1))
-      batched = concurrent_clients(url, bodies(args.requests, args.documents, dim=dim, seed=2),
-                                   args.clients)
+      alone = one_at_a_time(url, encoded(bodies(args.requests, args.documents, dim=dim, seed=1)))
+      batched = concurrent_clients(
+          url, encoded(bodies(args.requests, args.documents, dim=dim, seed=2)), args.clients)
       print(line(f"{name}, one at a time", *alone, args.requests))
       print(line(f"{name}, {args.clients} clients (batched)", *batched, args.requests))
       print(f"| {name}: batched / one at a time | {alone[0] / batched[0]:.2f}x | | |")

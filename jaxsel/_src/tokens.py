@@ -84,6 +84,21 @@ class TokenCounter:
       raise TypeError(f"the tokenizer {self.name} gives no token offsets.")
     return self.spans_fn(list(texts)) if texts else []
 
+  def truncate(self, text: str, max_tokens: int) -> str:
+    """`text` cut to its first `max_tokens` tokens (unchanged when it has no more): at the
+    end of its `max_tokens`-th token where the tokenizer gives offsets, else the longest
+    prefix it counts at most `max_tokens` (binary search over characters)."""
+    checks.integer(max_tokens, "max_tokens", low=0)
+    if self.count_one(text) <= max_tokens:
+      return text
+    if self.has_spans:
+      return text[:self.spans([text])[0][max_tokens - 1][1]] if max_tokens else ""
+    lo, hi = 0, len(text)
+    while lo < hi:
+      mid = (lo + hi + 1) // 2
+      lo, hi = (mid, hi) if self.count_one(text[:mid]) <= max_tokens else (lo, mid - 1)
+    return text[:lo]
+
   def words(self, text: str) -> list:
     """`[(start, end), ...]` of the tokenizer's words in `text` (its pre-tokenisation; every
     CJK character is a word for BERT-family tokenizers), without surrounding whitespace."""

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import uuid
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -220,7 +220,8 @@ def _with_selection(response: dict, outcome: Outcome) -> dict:
 def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                model_name: str = "jaxsel", max_batch: int = 32, batch_wait_ms: float = 5.0,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               max_documents: int = DEFAULT_MAX_DOCUMENTS, warm_up: bool = True) -> FastAPI:
+               max_documents: int = DEFAULT_MAX_DOCUMENTS, warm_up: bool = True,
+               warm_documents: Sequence[int] = (3,)) -> FastAPI:
   """The server's ASGI app over `pipeline` (its encoder embeds, its tokenizer counts).
 
   Args:
@@ -229,7 +230,8 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     model_name: the `model` answered when a request names none.
     max_batch, batch_wait_ms: most requests per batch, and how long the first waits for others.
     max_body_bytes, max_documents: larger requests get a 413.
-    warm_up: compile the ranking and the default method's batched solves at start-up.
+    warm_up: compile the ranking and the default method's batched solves at start-up,
+      for requests of each number of `warm_documents` (others compile at their first batch).
   """
   if method is not None and method not in jaxsel.available_methods():
     raise ValueError(f"unknown method {method!r}; use one of {jaxsel.available_methods()}.")
@@ -242,7 +244,7 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
   async def lifespan(app: FastAPI):
     if warm_up:
       t0 = time.perf_counter()
-      await asyncio.to_thread(engine.warm_up)
+      await asyncio.to_thread(engine.warm_up, tuple(warm_documents))
       log.info("jaxsel serve: warmed up in %.1f s", time.perf_counter() - t0)
     batcher.start()
     app.state.ready = True

@@ -4,30 +4,33 @@ pipeline, its encoder and its embedding cache are never used by two threads at o
 
 Shape legend: B requests, N documents, D embedding dimension.
 
-A request without `budget_tokens` or `method` is ranked like a reranker: the cosine of the
-query and each document (`Pipeline.embed` with the encoder's query and passage prompts).
-With them it is selected: the documents become `jaxsel.Passage`s costing their tokens in the
-pipeline's reader tokenizer, and requests of the same method, budget, `top_n` and candidate
-bucket go through one `Pipeline.select_many` (one `jax.vmap`-ed solve), padded to a power of
-two by repeating a request so that a batch of any size reuses one of a few compiled programs.
+A request without `budget_tokens` or `method` is ranked like a reranker: NaiveRAG without a
+budget over the cosine of the query and each document (shifted to [0, 1], the same order;
+`pinned` and group caps honoured), answered with the raw cosine. With them it is selected by
+its method. Either way the documents become `jaxsel.Passage`s costing their tokens in the
+pipeline's reader tokenizer, and requests that share a solve (method, budget, `top_n`,
+`max_per_group`, candidate bucket, embedding dimension) go through one
+`Pipeline.select_many` (one `jax.vmap`-ed solve; client-sent embeddings included), padded to
+a power of two by repeating a request so that a batch of any size reuses one of a few
+compiled programs. The server's encoder embeds each request on its own, as `select` does.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import inspect
 import logging
 from typing import Optional, Sequence
 
 import numpy as np
 
 import jaxsel
+from jaxsel._src import checks
 from jaxsel._src.pipeline.solve import bucket
 
 log = logging.getLogger("jaxsel.serve")
 
-CONSTRAINTS = ("pinned", "groups", "max_per_group")
+RANKING = "ranking"  # `Engine.pipe`'s name for a request without budget or method
 
 
 class RequestError(ValueError):
@@ -93,45 +96,41 @@ class Engine:
 
   def __init__(self, pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                max_batch: int = 32):
-    self.pipeline = pipeline
+    # The cache keeps every text of a batch (two entries a request: its documents and its
+    # query), so the cosines of a ranking and a padded batch's repeats read them back.
+    self.pipeline = pipeline.replace(cache_size=max(pipeline.config.cache_size, 4 * max_batch))
     self.method = method or pipeline.method or jaxsel.default_method(True)
     self.max_batch = max_batch
     self._pipes = {}
-    # Constraints in a selection need Pipeline.select(..., pinned=, groups=, max_per_group=).
-    self.constraints = all(p in inspect.signature(pipeline.select).parameters for p in CONSTRAINTS)
 
   def pipe(self, method: str) -> "jaxsel.Pipeline":
-    """The pipeline with `method` (sharing the encoder and the embedding cache)."""
+    """The pipeline with `method` (sharing the encoder and the embedding cache). `RANKING`:
+    NaiveRAG over the cosines shifted to [0, 1] (the same order), no pick cut by its gain."""
     if method not in self._pipes:
-      self._pipes[method] = self.pipeline.replace(method=method)
+      self._pipes[method] = (self.pipeline.replace(method="naive", nonneg="shift", min_gain=None,
+                                                   max_depth=None) if method == RANKING
+                             else self.pipeline.replace(method=method))
     return self._pipes[method]
 
   # -- the batch -------------------------------------------------------------------------------
   def run(self, jobs: Sequence[Job]) -> list:
-    """An `Outcome` or the exception it raised, for each job; one failing job fails alone."""
+    """An `Outcome` or the exception it raised, for each job; one failing job fails alone.
+
+    Jobs that share a solve (`_key`) go through one `Pipeline.select_many`: a ranking is
+    NaiveRAG without a budget, a selection its method's solve."""
     outs = [None] * len(jobs)
-    prepared = {}
+    batches = collections.defaultdict(list)
     for i, job in enumerate(jobs):
       outs[i] = self._guard(self._prepare, job)
       if isinstance(outs[i], _Prepared):
-        prepared[i] = outs[i]
-    batches = collections.defaultdict(list)
-    for i, p in prepared.items():
-      job = p.job
-      if not job.select:
-        outs[i] = self._guard(self._rank, p)
-      elif job.embeddings is not None or job.constrained or job.method == "coverage":
-        outs[i] = self._guard(self._select_one, p)
-      else:
-        key = (job.method or self.method, job.budget, job.top_n, bucket(len(p.passages)))
-        batches[key].append(i)
+        batches[self._key(outs[i])].append(i)
     for rows in batches.values():
       for start in range(0, len(rows), self.max_batch):
         part = rows[start:start + self.max_batch]
         try:
-          results = self._select_many([prepared[i] for i in part])
+          results = self._select_many([outs[i] for i in part])
         except Exception:  # noqa: BLE001 -- one bad request: each alone, so only it fails
-          results = [self._guard(lambda p: self._select_many([p])[0], prepared[i]) for i in part]
+          results = [self._guard(lambda p: self._select_many([p])[0], outs[i]) for i in part]
         for i, r in zip(part, results):
           outs[i] = r
     return outs
@@ -145,80 +144,64 @@ class Engine:
         log.exception("request failed")
       return e
 
+  def _key(self, p: "_Prepared") -> tuple:
+    """What requests must share to be solved together: the method and its settings, and the
+    shapes of the compiled solve (candidate bucket, embedding dimension, constraints)."""
+    job = p.job
+    dim = None if job.embeddings is None else job.embeddings.shape[1]
+    return (job.select, self._method(job), job.budget, job.top_n, job.max_per_group,
+            job.pinned is not None or job.max_per_group is not None, dim,
+            bucket(len(p.passages)))
+
+  def _method(self, job: Job) -> str:
+    return (job.method or self.method) if job.select else RANKING
+
   # -- one request -----------------------------------------------------------------------------
   def _prepare(self, job: Job) -> _Prepared:
     counter = self.pipeline.tokenizer
-    texts = list(job.texts)
     if job.max_tokens_per_doc is not None:
-      texts = [_truncate(counter, t, job.max_tokens_per_doc) for t in texts]
-      job = dataclasses.replace(job, texts=tuple(texts))
-    costs = counter.count(texts) if texts else np.zeros(0, np.int64)
+      job = dataclasses.replace(job, texts=tuple(counter.truncate(t, job.max_tokens_per_doc)
+                                                 for t in job.texts))
+    costs = counter.count(job.texts) if job.texts else np.zeros(0, np.int64)
     passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))
-                for i, (t, c) in enumerate(zip(texts, costs))]
+                for i, (t, c) in enumerate(zip(job.texts, costs))]
     return _Prepared(job, passages, int(counter.count_one(job.query)))
 
   def _cosines(self, p: _Prepared) -> np.ndarray:
-    """`[N]` cosine of the query and each document."""
+    """`[N]` cosine of the query and each document (the caller's embeddings, else the
+    pipeline's, read back from its cache after the solve)."""
     job = p.job
     if job.embeddings is not None:
       e, q = job.embeddings, job.query_embedding
-      e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
-      q = q / max(float(np.linalg.norm(q)), 1e-12)
     else:
-      q = self.pipeline.embed([job.query], "query")[0]
-      e = self.pipeline.embed(list(job.texts), "passage")
-    return (np.asarray(e, np.float32) @ np.asarray(q, np.float32)).astype(np.float32)
-
-  def _rank(self, p: _Prepared) -> Outcome:
-    job = p.job
-    rel = self._cosines(p)
-    order = list(job.pinned or ())
-    taken = set(order)
-    counts = collections.Counter(job.groups[i] for i in order) if job.groups else None
-    for i in np.argsort(-rel, kind="stable"):
-      i = int(i)
-      if i in taken:
-        continue
-      if job.max_per_group is not None:
-        if counts[job.groups[i]] >= job.max_per_group:
-          continue
-        counts[job.groups[i]] += 1
-      order.append(i)
-    if job.top_n is not None:
-      order = order[:job.top_n]
-    return Outcome([Pick(i, float(rel[i])) for i in order], self._total(p))
-
-  def _select_one(self, p: _Prepared) -> Outcome:
-    job = p.job
-    method = job.method or self.method
-    kwargs = {}
-    if job.constrained:
-      if not self.constraints:
-        field = "pinned" if job.pinned is not None else "max_per_group"
-        raise RequestError(f"`{field}` in a selection (with `budget_tokens` or `method`): the "
-                           "constraint is not available in this build of jaxsel; without "
-                           "`budget_tokens` and `method` the ranking honours it.", field)
-      kwargs = dict(pinned=None if job.pinned is None else list(job.pinned),
-                    groups=None if job.groups is None else list(job.groups),
-                    max_per_group=job.max_per_group)
-    if job.embeddings is not None:
-      kwargs.update(embeddings=job.embeddings, query_embeddings=job.query_embedding[None])
-    queries = None if method == "coverage" else job.query
-    res = self.pipe(method).select(queries, p.passages, budget=job.budget, k=job.top_n, **kwargs)
-    return self._outcome(p, res)
+      e, q = self.pipeline.embed(job.texts, "passage"), self.pipeline.embed([job.query], "query")
+    return np.asarray(jaxsel.cosine_similarity(np.reshape(q, (1, -1)), e, nonneg=None))[0]
 
   def _select_many(self, preps: Sequence[_Prepared]) -> list:
     job = preps[0].job
-    method = job.method or self.method
-    requests = [(p.job.query, p.passages) for p in preps]
+    method = self._method(job)
+    preps = list(preps)
     # The batch axis is a static shape: padded to a power of two (repeating the last request,
     # whose embeddings are then cached), a batch of any size runs one of a few programs.
-    requests += [requests[-1]] * (_power_of_two(len(requests)) - len(requests))
-    results = self.pipe(method).select_many(requests, budget=job.budget, k=job.top_n)
+    padded = preps + [preps[-1]] * (_power_of_two(len(preps)) - len(preps))
+    jobs = [p.job for p in padded]
+    kwargs = {}
+    if job.embeddings is not None:
+      kwargs.update(embeddings=[j.embeddings for j in jobs],
+                    query_embeddings=[j.query_embedding[None] for j in jobs])
+    if job.pinned is not None or job.max_per_group is not None:
+      kwargs.update(pinned=[None if j.pinned is None else list(j.pinned) for j in jobs],
+                    groups=[None if j.groups is None else list(j.groups) for j in jobs],
+                    max_per_group=job.max_per_group)
+    requests = [(None if method == "coverage" else j.query, p.passages)
+                for j, p in zip(jobs, padded)]
+    results = self.pipe(method).select_many(requests, budget=job.budget, k=job.top_n, **kwargs)
     return [self._outcome(p, r) for p, r in zip(preps, results)]
 
   def _outcome(self, p: _Prepared, res) -> Outcome:
-    rel = None
+    if not p.job.select:  # a ranking: NaiveRAG's order, the cosine as any reranker gives it
+      rel = self._cosines(p)
+      return Outcome([Pick(int(i), float(rel[int(i)])) for i in res.indices], self._total(p))
     if res.candidate_scores is not None:
       rel = np.asarray(res.candidate_scores, np.float32).max(axis=0)
     else:  # text selection (coverage) saw no query: the cosine, as ranked
@@ -234,36 +217,23 @@ class Engine:
     return p.query_tokens + sum(int(x.tokens) for x in p.passages)
 
   # -- start-up --------------------------------------------------------------------------------
-  def warm_up(self) -> None:
+  def warm_up(self, documents: Sequence[int] = (3,)) -> None:
     """Compiles what a first request would: the ranking, and the default method's budgeted
-    selection batched by 1, 2, 4, ... up to `max_batch` (the smallest candidate bucket).
-    Raises what a warm-up request raised: a server that cannot answer it should not start."""
-    texts = ("Warm-up document one.", "Another warm-up document.", "A third one.")
-    budget = int(self.pipeline.tokenizer.count(texts).max()) * 2
-    jobs = [Job("warm up", texts)]
-    size = 1
-    while True:
-      jobs += [Job("warm up", texts, select=True, budget=budget)] * size
-      for out in self.run(jobs):
-        if isinstance(out, Exception):
-          raise out
-      if size >= self.max_batch:
-        break
-      size, jobs = min(size * 2, self.max_batch), []
-
-
-def _truncate(counter, text: str, limit: int) -> str:
-  """`text` cut to its first `limit` tokens of `counter` (unchanged when it has no more)."""
-  if counter.count_one(text) <= limit:
-    return text
-  if counter.has_spans:
-    spans = counter.spans([text])[0]
-    return text[:spans[limit - 1][1]] if len(spans) > limit else text
-  lo, hi = 0, len(text)  # the longest prefix within the limit
-  while lo < hi:
-    mid = (lo + hi + 1) // 2
-    if counter.count_one(text[:mid]) <= limit:
-      lo = mid
-    else:
-      hi = mid - 1
-  return text[:lo]
+    selection batched by 1, 2, 4, ... up to `max_batch`, for requests of each number of
+    `documents` (their candidate buckets; client embeddings of the encoder's dimension share
+    these programs). Raises what a warm-up request raised: a server that cannot answer it
+    should not start."""
+    for n in documents:
+      n = checks.integer(n, "documents")
+      texts = tuple(f"Warm-up document number {i}." for i in range(n))
+      budget = int(self.pipeline.tokenizer.count(texts).max()) * 2
+      jobs = [Job("warm up", texts)]
+      size = 1
+      while True:
+        jobs += [Job("warm up", texts, select=True, budget=budget)] * size
+        for out in self.run(jobs):
+          if isinstance(out, Exception):
+            raise out
+        if size >= self.max_batch:
+          break
+        size, jobs = min(size * 2, self.max_batch), []

@@ -4,9 +4,9 @@ same batched call as the others, and each equals `select` with the same embeddin
 
 import numpy as np
 import pytest
+from test_pipeline import DOC, Q0, SMALL, _same_result, split, tiny
 
 from jaxsel._src.pipeline.selection import Pipeline
-from test_pipeline import DOC, Q0, SMALL, _same_result, split, tiny
 
 
 @pytest.fixture(scope="module")
