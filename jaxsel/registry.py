@@ -13,7 +13,8 @@ Shape legend: Q queries, N candidates, D embedding dimension.
 """
 
 from jaxsel._src.methods import (BRIDGE_WEIGHTS, METHODS, OBJECTIVES, SCORERS, USES_TEXT_SIGNALS,
-                                 Request, best_relevance, objective, request, scorer, text_signals)
+                                 Request, TextSignals, best_relevance, objective, request, scorer,
+                                 signals_of, text_signals)
 from jaxsel._src.pipeline.solve import Inputs, pad_batch
 from jaxsel._src.pipeline.solve import request as pipeline_request
 
@@ -25,11 +26,13 @@ __all__ = [
     "SCORERS",
     "USES_TEXT_SIGNALS",
     "Request",
+    "TextSignals",
     "best_relevance",
     "objective",
     "pad_batch",
     "pipeline_request",
     "request",
     "scorer",
+    "signals_of",
     "text_signals",
 ]

@@ -65,7 +65,7 @@ def test_bridge_scorer_value_and_order():
   assert float(sc(jnp.asarray([0, 1, -1]))) == pytest.approx(want, rel=1e-6)
   # the second hop earns its bonus only after the first: order matters
   assert float(sc(jnp.asarray([1, 0, -1]))) < float(sc(jnp.asarray([0, 1, -1])))
-  same = req._replace(groups=jnp.asarray([0, 0, 2]))  # as if 0 and 1 were one document
+  same = req._replace(signals=req.signals._replace(groups=jnp.asarray([0, 0, 2])))  # 0, 1: one document
   assert float(methods.scorer("bridge", same)(jnp.asarray([0, 1, -1]))) == pytest.approx(
       want - methods.BRIDGE_WEIGHTS["same_group"], rel=1e-6)
 

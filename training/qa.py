@@ -223,11 +223,12 @@ def request(f: QAFeatures) -> registry.Request:
   function the Pipeline's solve builds its requests with), text signals included, so a label
   sweep scores what the search sees. Works under `jit` / `vmap`."""
   xp = np if isinstance(f.query, np.ndarray) else jnp
+  signals = registry.TextSignals(links=f.links, mentioned=f.mentioned, entities=f.entities,
+                                 groups=f.groups, overlap=f.overlap, covered=f.covered,
+                                 shared=f.shared)
   inputs = registry.Inputs(query=f.query[None], query_valid=xp.ones((1,), bool),
                            passages=f.passages, symmetric=f.passages, costs=f.costs,
-                           valid=f.valid, links=f.links, mentioned=f.mentioned,
-                           entities=f.entities, groups=f.groups, overlap=f.overlap,
-                           covered=f.covered, shared=f.shared)
+                           valid=f.valid, signals=signals)
   return registry.pipeline_request(inputs)
 
 

@@ -47,11 +47,11 @@ N_PAD = 20  # every question padded to 20 candidates (HotpotQA and 2Wiki have 10
 
 def _features_one(x):
   req = methods.pipeline_request(x)  # the Pipeline's own request of a padded question
-  rel = jnp.max(req.relevance, axis=0)
-  uf = hops.unary_features(rel, req.similarity, req.mentioned, req.costs, req.valid,
-                           overlap=req.overlap)
-  pf = hops.pair_features(rel, req.similarity, req.links, req.entities, req.valid,
-                          overlap=req.overlap, covered=req.covered, shared=req.shared)
+  rel, sig = jnp.max(req.relevance, axis=0), methods.signals_of(req)
+  uf = hops.unary_features(rel, req.similarity, sig.mentioned, req.costs, req.valid,
+                           overlap=sig.overlap)
+  pf = hops.pair_features(rel, req.similarity, sig.links, sig.entities, req.valid,
+                          overlap=sig.overlap, covered=sig.covered, shared=sig.shared)
   return uf, pf
 
 

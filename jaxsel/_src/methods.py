@@ -20,6 +20,7 @@ on the order).
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
@@ -28,6 +29,7 @@ import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src.bridge import BridgeSignals, bridge_signals
+
 from jaxsel._src.numerics import cosine_similarity
 from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
 from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
@@ -36,6 +38,8 @@ from jaxsel._src.scorers.basic import link_scorer, objective_scorer, pairwise_sc
 from jaxsel._src.scorers.hops import hop_scorer, learned_hop_scorer, load_hop_params
 
 Array = jax.Array
+# The multi-hop text signals of a request (`text_signals`): one optional pytree.
+TextSignals = BridgeSignals
 
 
 class Request(NamedTuple):
@@ -45,25 +49,38 @@ class Request(NamedTuple):
   similarity: Optional[Array]  # [N, N] non-negative s_ij; None when the objective is matrix-free
   embeddings: Array  # [N, D] unit symmetric embeddings (the matrix-free objectives use them)
   costs: Array  # [N] float32 tokens; 0 on invalid candidates
-  links: Array  # [N, N] link[i, j] = 1 where passage i names the lead entity of j's group
-  mentioned: Array  # [N] 1 where the queries name the lead entity of j's group
-  entities: Array  # [N, N] weighted capitalised phrases passages i and j share (not the query's)
-  groups: Array  # [N] int32 the group (document or section) of each passage
   valid: Array  # [N] bool
-  overlap: Optional[Array] = None  # [N] share of the query's IDF weight in passage j's words
-  covered: Optional[Array] = None  # [N, N] the same share of passages i and j together
-  shared: Optional[Array] = None  # [N, N] IDF² cosine of the non-query words i and j share
+  # The multi-hop text signals (`text_signals`), only for the scorers that read them
+  # (`USES_TEXT_SIGNALS`); None: a request without them (any objective, NaiveRAG, MMR).
+  signals: Optional[TextSignals] = None
 
 
-def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentioned=None,
-            entities=None, groups=None, valid=None, query_valid=None, overlap=None, covered=None,
-            shared=None, nonneg: str = "clip", dense: bool = True) -> Request:
+def _deprecated_signal(name: str):
+  def get(req: Request):
+    warnings.warn(f"`Request.{name}` is deprecated: the text signals are one optional pytree, "
+                  f"`req.signals` (None when the request carries none); read "
+                  f"`jaxsel.registry.signals_of(req).{name}`.", DeprecationWarning, stacklevel=2)
+    return getattr(signals_of(req), name)
+  return property(get)
+
+
+# The signals were fields of `Request` before they became one optional pytree.
+for _name in ("links", "mentioned", "entities", "groups", "overlap", "covered", "shared"):
+  setattr(Request, _name, _deprecated_signal(_name))
+del _name
+
+
+def request(query_emb, passage_emb, sym_emb=None, *, costs, signals=None, links=None,
+            mentioned=None, entities=None, groups=None, valid=None, query_valid=None,
+            overlap=None, covered=None, shared=None, nonneg: str = "clip",
+            dense: bool = True) -> Request:
   """A `Request` from embeddings: `query_emb` `[Q, D]`, `passage_emb` `[N, D]` (asymmetric
-  passage prompt), `sym_emb` `[N, D]` (symmetric; default `passage_emb`); the text signals
-  (`links`, `mentioned`, `entities`, and the lexical `overlap`, `covered`, `shared` from
-  `text_signals`) default to zeros and `groups` to one group per passage. With `dense=False`
-  no `[N, N]` similarity is built (the matrix-free objectives recompute it in blocks). Works
-  under `jit` and `vmap`."""
+  passage prompt), `sym_emb` `[N, D]` (symmetric; default `passage_emb`). The text signals are
+  optional: `signals` (a `TextSignals`, from `text_signals`), or its fields one by one (`links`,
+  `mentioned`, `entities`, `groups`, the lexical `overlap`, `covered`, `shared`; the others
+  zero), or none (the request carries none; a scorer that reads them sees zeros and one group
+  per passage, `signals_of`). With `dense=False` no `[N, N]` similarity is built (the
+  matrix-free objectives recompute it in blocks). Works under `jit` and `vmap`."""
   sym_emb = passage_emb if sym_emb is None else sym_emb
   n = passage_emb.shape[-2]
   valid = jnp.ones((n,), bool) if valid is None else jnp.asarray(valid, bool)
@@ -72,17 +89,37 @@ def request(query_emb, passage_emb, sym_emb=None, *, costs, links=None, mentione
   if query_valid is not None:
     rel = jnp.where(jnp.asarray(query_valid, bool)[:, None], rel, 0)
   sim = cosine_similarity(sym_emb, nonneg=nonneg) if dense else None
-  return Request(
-      relevance=rel, similarity=sim, embeddings=jnp.asarray(sym_emb, jnp.float32),
-      costs=jnp.where(valid, jnp.asarray(costs, jnp.float32), 0),
-      links=jnp.zeros((n, n), jnp.float32) if links is None else jnp.asarray(links, jnp.float32),
-      mentioned=jnp.zeros((n,), jnp.float32) if mentioned is None else jnp.asarray(mentioned, jnp.float32),
-      entities=jnp.zeros((n, n), jnp.float32) if entities is None else jnp.asarray(entities, jnp.float32),
-      groups=jnp.arange(n, dtype=jnp.int32) if groups is None else jnp.asarray(groups, jnp.int32),
-      valid=valid,
-      overlap=jnp.zeros((n,), jnp.float32) if overlap is None else jnp.asarray(overlap, jnp.float32),
-      covered=jnp.zeros((n, n), jnp.float32) if covered is None else jnp.asarray(covered, jnp.float32),
-      shared=jnp.zeros((n, n), jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32))
+  fields = dict(links=links, mentioned=mentioned, entities=entities, groups=groups,
+                overlap=overlap, covered=covered, shared=shared)
+  if signals is None and any(v is not None for v in fields.values()):
+    signals = TextSignals(**fields)
+  if signals is not None:
+    signals = _complete(signals, n)
+  return Request(relevance=rel, similarity=sim, embeddings=jnp.asarray(sym_emb, jnp.float32),
+                 costs=jnp.where(valid, jnp.asarray(costs, jnp.float32), 0), valid=valid,
+                 signals=signals)
+
+
+def _complete(signals: TextSignals, n: int) -> TextSignals:
+  """`signals` with every field an array (zeros, one group per passage, where absent)."""
+  def get(name, shape, dtype, default=None):
+    v = getattr(signals, name)
+    if v is None:
+      return jnp.zeros(shape, dtype) if default is None else default
+    return jnp.asarray(v, dtype)
+  return TextSignals(
+      links=get("links", (n, n), jnp.float32), mentioned=get("mentioned", (n,), jnp.float32),
+      entities=get("entities", (n, n), jnp.float32),
+      groups=get("groups", (n,), jnp.int32, jnp.arange(n, dtype=jnp.int32)),
+      overlap=get("overlap", (n,), jnp.float32), covered=get("covered", (n, n), jnp.float32),
+      shared=get("shared", (n, n), jnp.float32))
+
+
+def signals_of(req: Request) -> TextSignals:
+  """The request's text signals, every field an array: zeros and one group per passage for a
+  request that carries none (what a signal-reading scorer sees then)."""
+  n = req.costs.shape[-1]
+  return _complete(TextSignals(None, None, None, None) if req.signals is None else req.signals, n)
 
 
 def best_relevance(req: Request) -> Array:
@@ -91,7 +128,7 @@ def best_relevance(req: Request) -> Array:
 
 
 def text_signals(texts: Sequence[str], docs: Sequence[int], titles: Sequence[Optional[str]],
-                 queries: Sequence[str]) -> BridgeSignals:
+                 queries: Sequence[str]) -> TextSignals:
   """The second-hop signals of a request (`jaxsel._src.bridge`): links between passages by the
   lead entity of each passage's group, the lead entities the queries name, shared capitalised
   phrases, the groups (a document, or one Markdown section of it), and the lexical overlaps
@@ -146,10 +183,10 @@ def _linked_relevance(req: Request, discount, *, link_weight: float, mention_wei
   second hop of a bridge question, which need not resemble the question. A passage whose
   title the question names earns `mention_weight`. Not discounted."""
   del discount
-  rel = best_relevance(req)
-  unary = rel + mention_weight * jnp.where(req.valid, req.mentioned, 0.0)
+  rel, sig = best_relevance(req), signals_of(req)
+  unary = rel + mention_weight * jnp.where(req.valid, sig.mentioned, 0.0)
   source = rel if relevance_source else jnp.where(req.valid, 1.0, 0.0)
-  return relevance_scorer(unary) + link_weight * link_scorer(req.links * req.valid[None, :],
+  return relevance_scorer(unary) + link_weight * link_scorer(sig.links * req.valid[None, :],
                                                              source=source)
 
 
@@ -170,12 +207,12 @@ def _bridge(req: Request, discount, *, mention: float, link: float, entities: fl
   relevance, the lead entities the question names, a second hop named by an earlier passage or
   sharing its rarer names, and a cost for reading one document twice. Not discounted."""
   del discount
-  v = jnp.where(req.valid, 1.0, 0.0)
-  unary = jnp.where(req.valid, best_relevance(req) + mention * req.mentioned, 0.0)
-  same = (req.groups[:, None] == req.groups[None, :]) & req.valid[:, None] & req.valid[None, :]
-  shared = jnp.minimum(req.entities / entity_scale, 1.0)
+  v, sig = jnp.where(req.valid, 1.0, 0.0), signals_of(req)
+  unary = jnp.where(req.valid, best_relevance(req) + mention * sig.mentioned, 0.0)
+  same = (sig.groups[:, None] == sig.groups[None, :]) & req.valid[:, None] & req.valid[None, :]
+  shared = jnp.minimum(sig.entities / entity_scale, 1.0)
   return (pairwise_scorer(-same_group * same.astype(jnp.float32), unary=unary)
-          + link * link_scorer(req.links * v[None, :], source=v)
+          + link * link_scorer(sig.links * v[None, :], source=v)
           + entities * link_scorer(shared * v[None, :], source=v))
 
 
@@ -191,10 +228,11 @@ def _learned_hops(req: Request, discount, *, params=None):
   (`jaxsel/data/hop_scorer.safetensors`, SHA-256 checked) or `params`. Not discounted."""
   del discount
   params = load_hop_params() if params is None else params
+  sig = signals_of(req)
   return learned_hop_scorer(params, relevance=best_relevance(req), similarity=req.similarity,
-                            links=req.links, entities=req.entities, mentioned=req.mentioned,
-                            costs=req.costs, valid=req.valid, overlap=req.overlap,
-                            covered=req.covered, shared=req.shared)
+                            links=sig.links, entities=sig.entities, mentioned=sig.mentioned,
+                            costs=req.costs, valid=req.valid, overlap=sig.overlap,
+                            covered=sig.covered, shared=sig.shared)
 
 
 def learned_hops_builder(params):

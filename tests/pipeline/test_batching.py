@@ -3,6 +3,7 @@ padded alone (a plain NumPy reference), and a request's text signals are compute
 read back from the Pipeline's cache by a repeated `select` or `select_many`."""
 
 import numpy as np
+import pytest
 
 import jaxsel
 from jaxsel._src import bridge, methods
@@ -66,8 +67,24 @@ def test_pad_batch_equals_each_request_padded_alone():
     want = _reference(*r, n=16, q=4)
     got = solve.row(batch, i)
     for name, value in want.items():
-      np.testing.assert_array_equal(getattr(got, name), value, err_msg=name)
-      assert getattr(got, name).dtype == value.dtype, name
+      have = getattr(got.signals if name in methods.TextSignals._fields else got, name)
+      np.testing.assert_array_equal(have, value, err_msg=name)
+      assert have.dtype == value.dtype, name
+
+
+def test_a_batch_without_text_signals_carries_none():
+  """Only the scorers that read the text signals get them: a facility-location, NaiveRAG or
+  relevance-scored request carries no `[N, N]` signal arrays at all."""
+  rng = np.random.default_rng(1)
+  reqs = [(rng.normal(size=(1, 8)).astype(np.float32), rng.normal(size=(m, 8)).astype(np.float32),
+           rng.normal(size=(m, 8)).astype(np.float32), np.ones(m, np.float32), None)
+          for m in (3, 9)]
+  batch = solve.pad_batch(reqs, n=12, q=1)
+  assert batch.signals is None and solve.row(batch, 1).signals is None
+  assert solve.request(solve.row(batch, 0)).signals is None
+  # A signal-reading scorer on such a request sees zeros and one group per candidate.
+  sig = methods.signals_of(solve.request(solve.row(batch, 0)))
+  assert not np.asarray(sig.links).any() and np.array_equal(sig.groups, np.arange(12))
 
 
 def test_text_signals_are_computed_once_per_request(monkeypatch):
@@ -108,7 +125,7 @@ def test_the_request_carries_the_lexical_signals():
   reference ranks first: `select` and `select_many` hand the lexical signals to the scorer."""
   enc = tiny_encoder(tiny_bert_config(max_position_embeddings=256))
   question = "Which radio sitcom ran on TV later?"
-  pipe = jaxsel.Pipeline(enc, method="corag", corag_scorer=lambda req: jaxsel.relevance_scorer(req.overlap),
+  pipe = jaxsel.Pipeline(enc, method="corag", corag_scorer=lambda req: jaxsel.relevance_scorer(req.signals.overlap),
                          iterations=6, top_up=False, max_tokens=40)
   passages = pipe.split(DOCS)
   costs = max(p.tokens for p in passages)
@@ -118,3 +135,16 @@ def test_the_request_carries_the_lexical_signals():
   assert overlap.max() > np.sort(overlap)[-2]  # one best passage
   assert pipe.select(question, passages, budget=costs).passages == [want]
   assert pipe.select_many([(question, passages)], budget=costs)[0].passages == [want]
+
+
+def test_the_old_signal_fields_still_read_with_a_deprecation_warning():
+  """The seven signal arrays were fields of `Request`; custom scorers that read `req.links`
+  keep working for now, and are told where the signals went."""
+  rng = np.random.default_rng(2)
+  links = rng.random((4, 4)).astype(np.float32)
+  req = methods.request(rng.normal(size=(1, 8)), rng.normal(size=(4, 8)), costs=np.ones(4),
+                        links=links)
+  with pytest.warns(DeprecationWarning, match="signals_of"):
+    np.testing.assert_array_equal(req.links, links)
+  with pytest.warns(DeprecationWarning):
+    assert not np.asarray(req.overlap).any()  # absent: zeros, as before

@@ -69,14 +69,14 @@ def test_rank_features_are_clipped_to_the_training_range():
   req = _request(4, n=20)
   rel = np.asarray(methods.best_relevance(req))
   valid = np.asarray(req.valid)
-  uf = np.asarray(hops.unary_features(jnp.asarray(rel), req.similarity, req.mentioned, req.costs,
+  uf = np.asarray(hops.unary_features(jnp.asarray(rel), req.similarity, methods.signals_of(req).mentioned, req.costs,
                                       req.valid))
   col = hops.UNARY_FEATURES.index("relevance_rank")
   rv = np.where(valid, rel, -np.inf)
   want = np.minimum([(rv > rv[j]).sum() for j in range(20)], hops.RANK_CLIP) / hops.RANK_SCALE
   np.testing.assert_allclose(uf[valid, col], want[valid], atol=1e-6)
   assert uf[:, col].max() == pytest.approx(hops.RANK_CLIP / hops.RANK_SCALE)
-  pf = np.asarray(hops.pair_features(jnp.asarray(rel), req.similarity, req.links, req.entities,
+  pf = np.asarray(hops.pair_features(jnp.asarray(rel), req.similarity, methods.signals_of(req).links, methods.signals_of(req).entities,
                                      req.valid))
   assert pf[..., hops.PAIR_FEATURES.index("second_hop_rank")].max() == pytest.approx(
       hops.RANK_CLIP / hops.RANK_SCALE)
@@ -93,7 +93,7 @@ def test_lexical_features_equal_a_numpy_reference():
   sh = rng.random((n, n)).astype(np.float32) * (rng.random((n, n)) < 0.5)
   rel = np.asarray(methods.best_relevance(req))
   valid = np.asarray(req.valid)
-  uf = np.asarray(hops.unary_features(jnp.asarray(rel), req.similarity, req.mentioned, req.costs,
+  uf = np.asarray(hops.unary_features(jnp.asarray(rel), req.similarity, methods.signals_of(req).mentioned, req.costs,
                                       req.valid, overlap=jnp.asarray(ov)))
   o = np.where(valid, ov, 0.0)
   ranks = np.asarray([(np.where(valid, o, -np.inf) > o[j]).sum() for j in range(n)])
@@ -103,7 +103,7 @@ def test_lexical_features_equal_a_numpy_reference():
   np.testing.assert_allclose(uf[valid, col["overlap_rank"]],
                              np.minimum(ranks, hops.RANK_CLIP)[valid] / hops.RANK_SCALE, atol=1e-6)
   assert not uf[~valid].any()
-  pf = np.asarray(hops.pair_features(jnp.asarray(rel), req.similarity, req.links, req.entities,
+  pf = np.asarray(hops.pair_features(jnp.asarray(rel), req.similarity, methods.signals_of(req).links, methods.signals_of(req).entities,
                                      req.valid, overlap=jnp.asarray(ov), covered=jnp.asarray(cov),
                                      shared=jnp.asarray(sh)))
   col = {f: hops.PAIR_FEATURES.index(f) for f in hops.PAIR_FEATURES}
@@ -126,9 +126,9 @@ def test_weights_of_fewer_features_read_the_first_ones():
   features) reads the first columns, so its scores do not change."""
   req = _request(2)
   old = hops.init_params(jax.random.key(1), hidden=8, unary_features=7, pair_features=11)
-  uf = hops.unary_features(methods.best_relevance(req), req.similarity, req.mentioned, req.costs,
+  uf = hops.unary_features(methods.best_relevance(req), req.similarity, methods.signals_of(req).mentioned, req.costs,
                            req.valid, overlap=jnp.linspace(0, 1, 7))
-  pf = hops.pair_features(methods.best_relevance(req), req.similarity, req.links, req.entities,
+  pf = hops.pair_features(methods.best_relevance(req), req.similarity, methods.signals_of(req).links, methods.signals_of(req).entities,
                           req.valid, shared=jnp.ones((7, 7)))
   np.testing.assert_array_equal(np.asarray(hops.mlp(old, "unary", uf)),
                                 np.asarray(hops.mlp(old, "unary", uf[:, :7])))
@@ -140,8 +140,8 @@ def test_weights_of_fewer_features_read_the_first_ones():
 def test_learned_scorer_value_and_gains_match_reference(seed):
   req = _request(seed)
   params = hops.init_params(jax.random.key(seed), hidden=8)
-  kw = dict(relevance=methods.best_relevance(req), similarity=req.similarity, links=req.links,
-            entities=req.entities, mentioned=req.mentioned, costs=req.costs, valid=req.valid)
+  kw = dict(relevance=methods.best_relevance(req), similarity=req.similarity, links=methods.signals_of(req).links,
+            entities=methods.signals_of(req).entities, mentioned=methods.signals_of(req).mentioned, costs=req.costs, valid=req.valid)
   sc = hops.learned_hop_scorer(params, **kw)
   u, g = (np.asarray(x) for x in hops.hop_probabilities(params, **kw))
   valid = np.asarray(req.valid)

@@ -140,11 +140,11 @@ def test_features_carry_the_pipelines_text_signals(sample):
   np.testing.assert_array_equal(f.groups[0, :m], sig.groups)
   assert f.mentioned[0].sum() >= 1  # the question names a paragraph's title
   req = qa.request(qa.QAFeatures(*(a[0] for a in f)))
-  assert req.entities.shape == (10, 10) and req.groups.shape == (10,)
+  assert req.signals.entities.shape == (10, 10) and req.signals.groups.shape == (10,)
   # The lexical signals too: the learned scorer reads them, and a label sweep that scored
   # requests without them valued `learned_hops` on zeros (the agent then learned to avoid it).
   assert sig.overlap.max() > 0 and sig.shared.max() > 0
-  np.testing.assert_allclose(np.asarray(req.overlap)[:m], sig.overlap)
+  np.testing.assert_allclose(np.asarray(req.signals.overlap)[:m], sig.overlap)
   np.testing.assert_allclose(np.asarray(req.covered)[:m, :m], sig.covered)
   np.testing.assert_allclose(np.asarray(req.shared)[:m, :m], sig.shared)
 
@@ -160,10 +160,12 @@ def test_training_requests_are_the_pipelines(sample):
   padded = solve.row(solve.pad_batch([(fi.query[None], fi.passages[:m], fi.passages[:m],
                                        fi.costs[:m], sig)], n=fi.passages.shape[0], q=1), 0)
   ours, theirs = qa.request(fi), solve.request(padded)
-  for name in ("relevance", "similarity", "costs", "links", "mentioned", "entities", "valid",
-               "overlap", "covered", "shared"):
+  for name in ("relevance", "similarity", "costs", "valid"):
     np.testing.assert_allclose(np.asarray(getattr(ours, name)), np.asarray(getattr(theirs, name)),
                                err_msg=name)
+  for name in ("links", "mentioned", "entities", "groups", "overlap", "covered", "shared"):
+    np.testing.assert_allclose(np.asarray(getattr(ours.signals, name)),
+                               np.asarray(getattr(theirs.signals, name)), err_msg=name)
 
 
 def test_readers_of_the_original_formats(tmp_path):

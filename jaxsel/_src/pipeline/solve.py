@@ -59,13 +59,9 @@ class Inputs(NamedTuple):
   symmetric: Array  # [N, D] symmetric embeddings (similarity)
   costs: Array  # [N] float32 tokens
   valid: Array  # [N] bool
-  links: Array  # [N, N] lead-entity links (`methods.text_signals`)
-  mentioned: Array  # [N] lead entities the queries name
-  entities: Array  # [N, N] shared capitalised phrases
-  groups: Array  # [N] int32 document/section of each passage
-  overlap: Array  # [N] lexical overlap with the queries (`bridge.lexical_signals`)
-  covered: Array  # [N, N] the queries' words passages i and j hold together
-  shared: Array  # [N, N] the non-query words passages i and j share
+  # The text signals (`methods.TextSignals`: links, mentions, shared phrases, groups, lexical
+  # overlaps), only for requests whose scorer reads them (`methods.USES_TEXT_SIGNALS`).
+  signals: Optional[methods.TextSignals] = None
   # Constraints (read when `SolveConfig.constrained`; padded candidates: no group, uncapped).
   pinned: Optional[Array] = None  # [N] int32 candidates picked first, in order; -1 after
   cap_groups: Optional[Array] = None  # [N] int32 group id of each candidate in [0, N); -1: none
@@ -149,11 +145,8 @@ def request(inputs: Inputs, *, nonneg: str = "clip", dense: bool = True) -> meth
   builds them here too (`jaxsel.registry.pipeline_request`), so what it scores is what the
   search sees, text signals included. Works under `jit` and `vmap`."""
   return methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
-                         links=inputs.links, mentioned=inputs.mentioned,
-                         entities=inputs.entities, groups=inputs.groups, valid=inputs.valid,
-                         query_valid=inputs.query_valid, overlap=inputs.overlap,
-                         covered=inputs.covered, shared=inputs.shared, nonneg=nonneg,
-                         dense=dense)
+                         signals=inputs.signals, valid=inputs.valid,
+                         query_valid=inputs.query_valid, nonneg=nonneg, dense=dense)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -229,26 +222,38 @@ def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: 
 
 def row(tree: NamedTuple, i: int):
   """Request `i` of a `[B]` batch (`pad_batch`'s `Inputs`, an `Output`): host arrays, no copy.
-  A NamedTuple of arrays, so its fields are indexed directly (`jax.tree.map` costs 3x more, and
-  `select_many` calls this once per request)."""
-  return type(tree)(*(x[i] for x in tree))
+  A NamedTuple of arrays (None, or a NamedTuple of them, in optional fields), so its fields are
+  indexed directly (`jax.tree.map` costs 3x more, and `select_many` calls this once per
+  request)."""
+  return type(tree)(*(None if x is None else row(x, i) if isinstance(x, tuple) else x[i]
+                      for x in tree))
+
+
+def _signals(b: int, n: int, lexical: bool) -> methods.TextSignals:
+  """Zero text signals of a `[B]` batch of `n` candidates: each candidate its own group."""
+  square = (lambda: np.zeros((b, n, n), np.float32)) if lexical else (lambda: None)
+  return methods.TextSignals(
+      links=np.zeros((b, n, n), np.float32), mentioned=np.zeros((b, n), np.float32),
+      entities=np.zeros((b, n, n), np.float32),
+      groups=np.broadcast_to(np.arange(n, dtype=np.int32), (b, n)).copy(),
+      overlap=np.zeros((b, n), np.float32) if lexical else None, covered=square(), shared=square())
 
 
 def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
   """`[B]` requests padded to `n` candidates and `q` queries, host side, written straight into
   the `[B, ...]` arrays. Each request is `(q_emb [Q, D] or None, p_emb [M, D], s_emb [M, D],
-  costs [M], signals[, constraints])`, `signals` a `bridge.BridgeSignals` or None,
+  costs [M], signals[, constraints])`, `signals` a `methods.TextSignals` or None,
   `constraints` None or `(pinned [P], cap_groups [M] ids in [0, M) or -1, cap int)`; padded
-  candidates are invalid and each its own group (and in no capped group)."""
+  candidates are invalid and each its own group (and in no capped group). The batch carries
+  text signals only when one of its requests has them (zeros for the others), and the lexical
+  ones only when one has those."""
   b, d = len(requests), requests[0][1].shape[1]
+  given = [r[4] for r in requests if r[4] is not None]
+  sig = _signals(b, n, any(g.overlap is not None for g in given)) if given else None
   out = Inputs(query=np.zeros((b, q, d), np.float32), query_valid=np.zeros((b, q), bool),
                passages=np.zeros((b, n, d), np.float32), symmetric=np.zeros((b, n, d), np.float32),
-               costs=np.zeros((b, n), np.float32), valid=np.zeros((b, n), bool),
-               links=np.zeros((b, n, n), np.float32), mentioned=np.zeros((b, n), np.float32),
-               entities=np.zeros((b, n, n), np.float32),
-               groups=np.broadcast_to(np.arange(n, dtype=np.int32), (b, n)).copy(),
-               overlap=np.zeros((b, n), np.float32), covered=np.zeros((b, n, n), np.float32),
-               shared=np.zeros((b, n, n), np.float32), pinned=np.full((b, n), NO_ITEM, np.int32),
+               costs=np.zeros((b, n), np.float32), valid=np.zeros((b, n), bool), signals=sig,
+               pinned=np.full((b, n), NO_ITEM, np.int32),
                cap_groups=np.full((b, n), NO_ITEM, np.int32),
                caps=np.full((b, n), cons_lib.UNCAPPED, np.int32))
   for i, (q_emb, p_emb, s_emb, costs, signals, *rest) in enumerate(requests):
@@ -266,15 +271,15 @@ def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
     out.costs[i, :m] = costs
     out.valid[i, :m] = True
     if signals is not None:
-      out.links[i, :m, :m] = signals.links
-      out.mentioned[i, :m] = signals.mentioned
-      out.entities[i, :m, :m] = signals.entities
-      out.groups[i, :m] = signals.groups
-      out.groups[i, m:] += n
+      sig.links[i, :m, :m] = signals.links
+      sig.mentioned[i, :m] = signals.mentioned
+      sig.entities[i, :m, :m] = signals.entities
+      sig.groups[i, :m] = signals.groups
+      sig.groups[i, m:] += n
       if signals.overlap is not None:
-        out.overlap[i, :m] = signals.overlap
-        out.covered[i, :m, :m] = signals.covered
-        out.shared[i, :m, :m] = signals.shared
+        sig.overlap[i, :m] = signals.overlap
+        sig.covered[i, :m, :m] = signals.covered
+        sig.shared[i, :m, :m] = signals.shared
   return out
 
 
