@@ -5,7 +5,7 @@ Pipeline with the default search settings and top-up, so a trained agent plugs i
 `jaxsel.Pipeline(enc, method="corag", agent=agent)` as it is. Every menu scorer runs on every
 question through the Pipeline's compiled solve (`context_eval.run_batched`), giving a table of
 outcomes; a question's label is the menu scorer of best outcome summed over the budgets
-(10 × joint recall + recall; ties go to the default, `"bridge"`), so the agent predicts one
+(10 × joint recall + recall; ties go to the default, `DEFAULT`: the Pipeline's own CORAG scorer), so the agent predicts one
 choice per question from its embedding alone, as the Pipeline asks it.
 
 The agent is the documented recipe's: `jaxsel.ConfigAgent` (tower 512-256-128) trained by
@@ -27,9 +27,9 @@ import numpy as np
 import jaxsel
 from training import context_eval, qa_sets
 
-MENU = ("bridge", "mentions_links", "mentions_links_strong", "links", "relevance",
-        "facility_location", "saturated_coverage")
-DEFAULT = "bridge"
+# Every scorer of the registry, the Pipeline's default (the learned second-hop scorer) first.
+DEFAULT = jaxsel.PipelineConfig().corag_scorer
+MENU = (DEFAULT,) + tuple(s for s in jaxsel.available_scorers() if s != DEFAULT)
 
 
 def run_menu(base_pipe, prepared: Sequence, store: context_eval.RunStore, *, menu=MENU,
