@@ -59,9 +59,25 @@ class Passage:
   tokens: int = 0  # cost in tokens (of the tokenizer used to split)
   source: Optional[str] = None  # e.g. the file name of the document
   title: Optional[str] = None  # the Markdown heading it falls under (a key phrase for links)
+  # What the reader is sent before `text` (not part of the span): with granularity="sentence",
+  # a part of a passage that does not hold its passage's title gets "title: " (`heading`).
+  prefix: str = ""
+
+  @property
+  def sent_text(self) -> str:
+    """The passage as the reader reads it (and the encoder embeds it): `prefix + text`."""
+    return self.prefix + self.text
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
+
+
+def heading(title: Optional[str], text: str) -> str:
+  """What a part of a passage is sent with so that the reader knows what it is about: its
+  passage's title as ``"title: "`` when `text` does not already hold the title, else ""."""
+  if not title or not title.strip() or title in text:
+    return ""
+  return f"{title.strip()}: "
 
 
 def token_spans(tokenizer=None) -> Callable[[str], list]:
@@ -130,6 +146,12 @@ def _sentence_spans(text: str, start: int, end: int) -> list:
       s = c
     line_start = line_end + 1
   return spans
+
+
+def sentence_spans(text: str) -> list:
+  """`(start, end)` of every sentence of `text` (its paragraphs, then their sentences, as
+  `split_text(unit="sentence")` cuts them), stripped and non-empty, in reading order."""
+  return [s for a, b in _paragraph_spans(text) for s in _sentence_spans(text, a, b)]
 
 
 def _paragraph_spans(text: str) -> list:

@@ -33,6 +33,10 @@ class Candidates(NamedTuple):
   symmetric: np.ndarray  # [N, D] symmetric embeddings (similarity)
   documents: Optional[list]  # the documents the passages were split from, else None
   sent: Optional[np.ndarray] = None  # [N] costs as sent (`reader.candidate_costs`), or None
+  # granularity="sentence" (`granularity.sentences`): each candidate's passage [N] int32, and
+  # the [M] passages; None at "passage".
+  parents: Optional[np.ndarray] = None
+  units: Optional[list] = None
 
   @property
   def costs(self) -> np.ndarray:
@@ -88,8 +92,11 @@ def check_budget(budget, k, costs: np.ndarray) -> float:
   return float(budget)
 
 
-def from_documents(source, embedder: Embedder, split, *, late_chunking: bool) -> Candidates:
-  """Candidates from documents (split with `split(documents) -> [Passage]`) or `Passage`s."""
+def from_documents(source, embedder: Embedder, split, *, late_chunking: bool,
+                   expand=None) -> Candidates:
+  """Candidates from documents (split with `split(documents) -> [Passage]`) or `Passage`s;
+  `expand(passages) -> (candidates, parents, passages)` cuts them finer before anything is
+  embedded (`granularity.sentences`)."""
   if isinstance(source, str):
     raise TypeError("`documents_or_index` must be a list of documents, not one string; "
                     "wrap it: [document].")
@@ -102,11 +109,14 @@ def from_documents(source, embedder: Embedder, split, *, late_chunking: bool) ->
     passages, docs = split(source), source
   if not passages:
     raise ValueError("The documents contain no text (only whitespace).")
+  parents = units = None
+  if expand is not None:
+    passages, parents, units = expand(passages)
   if late_chunking and docs is not None:
     e = embedder.late_chunks(docs, passages)
-    return Candidates(passages, e, e, docs)
-  e, s = embedder.passages([p.text for p in passages])
-  return Candidates(passages, e, s, docs)
+    return Candidates(passages, e, e, docs, None, parents, units)
+  e, s = embedder.passages([p.sent_text for p in passages])
+  return Candidates(passages, e, s, docs, None, parents, units)
 
 
 def from_embeddings(source, embeddings, tokenizer) -> Candidates:
@@ -207,7 +217,10 @@ def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: flo
     return None
   passages = cands.passages
   split = cands.documents is not None
-  size = len(cands.documents) if split else len(passages)
+  # Sentences of the caller's passages: indices and labels name those passages.
+  parent = (cands.parents if cands.parents is not None and not split
+            else np.arange(len(passages)))
+  size = len(cands.documents) if split else len(cands.units or passages)
   what = "documents" if split else "candidates"
   if groups is not None and max_per_group is None:
     raise ValueError(f"`{name}groups` needs `max_per_group` (the most picks per group).")
@@ -226,7 +239,7 @@ def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: flo
     if len(set(items)) != len(items):
       raise ValueError(f"`{name}pinned` repeats an index: {items}.")
     pin = ([i for d in items for i, p in enumerate(passages) if p.doc == d] if split else
-           [int(x) for x in items])
+           [i for x in items for i in np.flatnonzero(parent == x)])
   labels = [p.doc for p in passages]
   if groups is not None:
     if index:
@@ -236,7 +249,7 @@ def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: flo
       raise ValueError(f"`{name}groups` must hold one label per item of the {size} {what}, got "
                        f"{len(groups) if hasattr(groups, '__len__') else type(groups).__name__}.")
     groups = list(groups)
-    labels = [groups[p.doc] for p in passages] if split else groups
+    labels = [groups[p.doc] for p in passages] if split else [groups[m] for m in parent]
   ids = {}
   try:
     cap_groups = np.asarray([ids.setdefault(x, len(ids)) for x in labels], np.int32)

@@ -61,6 +61,9 @@ class SelectionResult:
   candidate_scores: Optional[np.ndarray] = None  # [Q, N] relevance r_qj (non-negative)
   documents: Optional[list] = None  # the source documents, when the pipeline split them
   unit: str = "passage"  # what a candidate is: "passage", "sentence" or "word"
+  # "sentence": `candidates` are the sentences of the request's passages and each pick is a
+  # passage or a run of its sentences (`jaxsel._src.pipeline.granularity`); "passage": as is.
+  granularity: str = "passage"
   # Greedy's certificate (`jaxsel.greedy`): no selection within the budget (and k) reaches an
   # objective value above `bound`, so the picks reach at least `certified` of the optimum.
   # None where there is none (CORAG, the baselines, stochastic greedy).
@@ -109,7 +112,7 @@ class SelectionResult:
       ps.sort(key=lambda p: (p.doc, p.start))
     if self.unit == "word":
       return self._words(ps)
-    return join_context([p.text for p in ps], numbered=numbered)
+    return join_context([p.sent_text for p in ps], numbered=numbered)
 
   def _words(self, ps: list) -> str:
     """Picked words in reading order: neighbours in a document keep the text between them,
@@ -147,8 +150,11 @@ class SelectionResult:
           "source": p.source, "start": p.start, "end": p.end, "tokens": p.tokens,
           "score": None if self.scores is None else float(self.scores[rank]),
           "gain": float(g), "value": float(v)})
+      if self.granularity == "sentence":  # what is sent before `text` (its passage's title)
+        picks[-1]["prefix"] = p.prefix
     return {"method": self.method, "queries": list(self.queries), "budget": self.budget,
             "cost": int(self.cost), "num_candidates": len(self.candidates),
+            "granularity": self.granularity,
             "saturation": self.saturation, "bound": self.bound, "certified": self.certified,
             "exhausted": self.exhausted, "searched": self.searched, "estimate": self.estimate,
             "selected": picks}
@@ -159,7 +165,7 @@ class SelectionResult:
     lines = [head, "-" * min(width, len(head) + 40)]
     room = max(20, width - len(head) + len("passage"))
     for rank, p in enumerate(self.passages):
-      snippet = " ".join(p.text.split())
+      snippet = " ".join(p.sent_text.split())
       if len(snippet) > room:
         snippet = snippet[:room - 1] + "\u2026"
       score = "-" if self.scores is None else f"{self.scores[rank]:.3f}"

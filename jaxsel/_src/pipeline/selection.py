@@ -37,6 +37,7 @@ from jaxsel._src.index import VectorIndex
 from jaxsel._src.methods import default_method
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG
 from jaxsel._src.pipeline import candidates as cands_lib
+from jaxsel._src.pipeline import granularity as granularity_lib
 from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import solve as solve_lib
 from jaxsel._src.pipeline.config import PipelineConfig
@@ -281,11 +282,15 @@ class Pipeline:
     return index
 
   def _candidates(self, queries, source, embeddings=None, sources=None,
-                  budget=None) -> cands_lib.Candidates:
+                  budget=None, granularity: str = "passage") -> cands_lib.Candidates:
     """The request's candidates; those the pipeline counts itself (split from documents
     or retrieved from an index) cost what they add to the context as sent, in the reader's
     tokens (`reader.candidate_costs`); `Passage`s the caller gives, and candidates
-    given with `embeddings`, cost their own `tokens`."""
+    given with `embeddings`, cost their own `tokens`. At `granularity="sentence"`, the
+    sentences of those passages (`granularity.sentences`)."""
+    expand = None
+    if granularity == "sentence":
+      expand = lambda ps: granularity_lib.sentences(ps, self.tokenizer)  # noqa: E731
     if embeddings is not None:  # a framework's nodes: each costs its own tokens
       return cands_lib.from_embeddings(source, embeddings, self.tokenizer)
     else:
@@ -300,18 +305,22 @@ class Pipeline:
         tokens = self.tokenizer.count([p.text for p in cands.passages])  # stored: another unit
         cands = cands._replace(passages=[dataclasses.replace(p, tokens=int(n))
                                          for p, n in zip(cands.passages, tokens)])
+        if expand is not None:
+          ps, parents, units = expand(cands.passages)
+          cands = cands_lib.Candidates(ps, *self._embedder.passages([p.sent_text for p in ps]),
+                                       None, None, parents, units)
         given = False
       else:
         cands = cands_lib.from_documents(source, self._embedder,
                                          lambda docs: self.split(docs, sources=sources,
                                                                  budget=budget),
-                                         late_chunking=self.late_chunking)
+                                         late_chunking=self.late_chunking, expand=expand)
         given = cands.documents is None
     return cands if given else self._sent(cands)
 
   def _sent(self, cands: cands_lib.Candidates) -> cands_lib.Candidates:
     return cands._replace(sent=reader_lib.candidate_costs(
-        self.tokenizer, [p.text for p in cands.passages], unit=self.config.unit))
+        self.tokenizer, [p.sent_text for p in cands.passages], unit=self.config.unit))
 
   def _fitted(self, r: _Request, result: SelectionResult) -> SelectionResult:
     """`result` with its cost counted as sent (and trimmed to the budget: `reader.fit`) for
@@ -365,7 +374,9 @@ class Pipeline:
         scorer=r.scorer, iterations=r.iterations, nonneg=cfg.nonneg, dense=dense,
         backend=cfg.backend, knapsack=bool(np.isfinite(r.budget)),
         use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
-        top_up=cfg.method == "corag" and cfg.top_up, constrained=r.constraints is not None)
+        # At sentence granularity CORAG's top-up runs after the solve (`granularity.fill`).
+        top_up=cfg.method == "corag" and cfg.top_up and r.candidates.parents is None,
+        constrained=r.constraints is not None)
 
   def _solve(self, requests: Sequence[_Request], *, k, min_gain, batched: bool) -> list:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
@@ -409,8 +420,12 @@ class Pipeline:
         out, n=len(passages), k=k, min_gain=min_gain if cfg.method in methods.BASELINES else None,
         pinned=0 if r.constraints is None else len(r.constraints[0]))
     rel = out.relevance[:len(r.queries), :len(passages)] if r.queries else None
+    if r.candidates.parents is not None and cfg.method == "corag" and cfg.top_up:
+      order, gains, curve = granularity_lib.fill(
+          order, gains, curve, costs=r.candidates.costs, relevance=rel.max(axis=0),
+          parents=r.candidates.parents, budget=r.budget, k=k, constraints=r.constraints)
     picked = [passages[i] for i in order]
-    return SelectionResult(
+    result = SelectionResult(
         method=cfg.method, queries=r.queries, passages=picked, indices=order,
         scores=None if rel is None else rel.max(axis=0)[order],
         gains=gains.astype(np.float32), curve=curve.astype(np.float32),
@@ -418,12 +433,17 @@ class Pipeline:
         budget=float(r.budget) if np.isfinite(r.budget) else None, candidates=passages,
         candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit,
         **_certificate(out, cfg.method))
+    if r.candidates.parents is None:
+      return result
+    return granularity_lib.merge(result, r.candidates.parents, r.candidates.units, self.tokenizer,
+                                 r.budget, own_costs=r.candidates.sent is None)
 
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
              min_gain: Optional[float] = None, embeddings=None,
              query_embeddings=None, sources=None, pinned=None, groups=None,
-             max_per_group: Optional[int] = None) -> SelectionResult:
+             max_per_group: Optional[int] = None,
+             granularity: str = "passage") -> SelectionResult:
     """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
 
     Args:
@@ -452,16 +472,22 @@ class Pipeline:
         `max_per_group`. Default: each passage's `doc` (its document).
       max_per_group: the most picks per group (pinned ones count). Every method honours the
         three (greedy and CORAG in the core, NaiveRAG and MMR in their fill).
+      granularity: ``"passage"`` (the default: each candidate is sent whole) or ``"sentence"``:
+        the candidates are the passages' sentences, and each passage is sent whole or as runs
+        of its picked sentences (with its title where a run does not hold it), all within the
+        one budget; `k` and `max_per_group` then count sentences. See docs/pipeline.md.
     """
+    granularity_lib.check_granularity(granularity, unit=self.config.unit,
+                                      embeddings=embeddings is not None)
     queries = cands_lib.as_queries(queries)
     if self.config.method is None:
       return self.resolved(queries).select(
           queries, documents_or_index, budget=budget, k=k, min_gain=min_gain,
           embeddings=embeddings, query_embeddings=query_embeddings, sources=sources,
-          pinned=pinned, groups=groups, max_per_group=max_per_group)
+          pinned=pinned, groups=groups, max_per_group=max_per_group, granularity=granularity)
     min_gain = self.config.min_gain if min_gain is None else min_gain
     cands_lib.check_queries(self.config.method, queries)  # before any embedding
-    cands = self._candidates(queries, documents_or_index, embeddings, sources, budget)
+    cands = self._candidates(queries, documents_or_index, embeddings, sources, budget, granularity)
     budget = cands_lib.check_budget(budget, k, cands.costs)
     q_emb = cands_lib.query_embeddings(queries, query_embeddings, cands.embeddings.shape[1],
                                        self._embedder)
@@ -477,7 +503,8 @@ class Pipeline:
                   min_gain: Optional[float] = None, pinned: Optional[Sequence] = None,
                   groups: Optional[Sequence] = None, max_per_group: Optional[int] = None,
                   embeddings: Optional[Sequence] = None,
-                  query_embeddings: Optional[Sequence] = None) -> list:
+                  query_embeddings: Optional[Sequence] = None,
+                  granularity: str = "passage") -> list:
     """Runs independent requests `[(queries, documents), ...]` in one batched call.
 
     Each request is embedded as `select` embeds it (texts seen before come from the embedding
@@ -489,6 +516,7 @@ class Pipeline:
     as `select` takes it, or None); `max_per_group` applies to every request. A request with
     `embeddings` (`[N, D]`, one row per item of its documents, taken as passages) and
     `query_embeddings` (`[Q, D]`) is embedded by nobody; its solve is batched with the others.
+    `granularity` applies to every request, as in `select`.
     """
     requests = list(requests)
     per_request = {"pinned": pinned, "groups": groups, "embeddings": embeddings,
@@ -498,6 +526,8 @@ class Pipeline:
         raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
       per_request[name] = [None] * len(requests) if per is None else list(per)
     pinned, groups, embeddings, query_embeddings = per_request.values()
+    granularity_lib.check_granularity(granularity, unit=self.config.unit,
+                                      embeddings=any(e is not None for e in embeddings))
     min_gain = self.config.min_gain if min_gain is None else min_gain
     if not requests:
       raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
@@ -513,7 +543,7 @@ class Pipeline:
             [requests[r] for r in rows], budget=budget, k=k, min_gain=min_gain,
             pinned=[pinned[r] for r in rows], groups=[groups[r] for r in rows],
             max_per_group=max_per_group, embeddings=[embeddings[r] for r in rows],
-            query_embeddings=[query_embeddings[r] for r in rows])
+            query_embeddings=[query_embeddings[r] for r in rows], granularity=granularity)
         for r, out in zip(rows, outs):
           results[r] = out
       return results
@@ -530,6 +560,10 @@ class Pipeline:
       except (TypeError, ValueError) as e:
         raise type(e)(f"`embeddings[{r}]`: {e}") from None
       checked.append((q, given[r].passages, None))
+    extra = [()] * len(checked)  # granularity="sentence": each request's (parents, passages)
+    if granularity == "sentence":
+      cut = [granularity_lib.sentences(ps, self.tokenizer) for _, ps, _ in checked]
+      checked, extra = [(q, c[0], docs) for (q, _, docs), c in zip(checked, cut)], [c[1:] for c in cut]
     sent = [None if docs is None else self._sent(cands_lib.Candidates(ps, None, None, docs)).sent
             for _, ps, docs in checked]
     budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]) if s is None
@@ -539,7 +573,7 @@ class Pipeline:
     # last-bit difference can swap a near tie, so one request must not be embedded two ways.
     # The solves are batched.
     cons = [self._check_pinned(cands_lib.constraints(
-        cands_lib.Candidates(ps, None, None, docs, s), pinned[r], groups[r], max_per_group,
+        cands_lib.Candidates(ps, None, None, docs, s, *extra[r]), pinned[r], groups[r], max_per_group,
         budget=b, k=k, name=f"requests[{r}]."), f"requests[{r}].pinned")
             for r, ((_, ps, docs), b, s) in enumerate(zip(checked, budgets, sent))]
     prepared = []
@@ -548,9 +582,10 @@ class Pipeline:
         cands = given[r]
       elif self.late_chunking and docs is not None:
         e = self._embedder.late_chunks(docs, ps)
-        cands = cands_lib.Candidates(ps, e, e, docs, s)
+        cands = cands_lib.Candidates(ps, e, e, docs, s, *extra[r])
       else:
-        cands = cands_lib.Candidates(ps, *self._embedder.passages([p.text for p in ps]), docs, s)
+        cands = cands_lib.Candidates(ps, *self._embedder.passages([p.sent_text for p in ps]), docs,
+                                     s, *extra[r])
       try:
         q_emb = None if not q and query_embeddings[r] is None else cands_lib.query_embeddings(
             q, query_embeddings[r], cands.embeddings.shape[1], self._embedder)

@@ -1,0 +1,196 @@
+"""One budget across granularities: a candidate passage sent whole or as some of its sentences.
+
+Shape legend: M candidate passages, N sentence candidates, K picks.
+
+With ``granularity="sentence"`` (`Pipeline.select`, `select_many`) the candidates the methods
+choose among are the sentences of the request's passages (the passages as the Pipeline builds
+them at ``"passage"``: split from documents, given as `Passage`s, or retrieved from an index):
+
+1. `sentences` cuts each passage into its sentences (`text.sentence_spans`; a Markdown heading
+   line goes with the sentence after it); a passage of one sentence stays its own candidate. A sentence keeps its passage's `doc`, `source` and
+   `title`, its offsets are in the same document as its passage's (`start + offset`), and one
+   that does not hold its passage's title is sent after it (``"title: sentence"``, the
+   `Passage.prefix`; `text.heading`), so a sentence read alone still says what it is about.
+   It costs what the reader is sent, prefix included. Its group (the text signals' and the
+   learned scorer's document id) is its passage's document, so the second-hop signals of a
+   passage (its lead entity, links to and from it) are its sentences'.
+2. The method selects among the sentences as among passages (greedy, CORAG and the baselines
+   alike); `k` counts sentences.
+3. `merge` turns the picked sentences into what is sent: consecutive picked sentences of one
+   passage become one `Passage` (their span, one prefix), a passage all of whose sentences are
+   picked is sent whole, as it is; a sentence is therefore never sent beside its passage. The
+   units are ordered by their first pick. Merging only drops separators, numbers and
+   prefixes, and the cost is counted again on what is sent: the budget holds for the units
+   (`reader.fit` for the candidates the Pipeline counts itself, the units' own `tokens` for
+   `Passage`s given as they are).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional
+
+import numpy as np
+
+from jaxsel._src import checks
+from jaxsel._src import text as text_lib
+from jaxsel._src.tokens import TokenCounter
+
+GRANULARITIES = ("passage", "sentence")
+_HEADING = re.compile(r"#{1,6}[ \t]")  # a Markdown heading line (`text` module's rule)
+
+
+def check_granularity(granularity, *, unit: str = "passage", embeddings: bool = False) -> str:
+  """`granularity` when it is one of `GRANULARITIES` (a ValueError naming the argument
+  otherwise); ``"sentence"`` goes neither with word candidates (`unit="word"`) nor with
+  `embeddings` of whole passages (the sentences are embedded by the Pipeline's encoder)."""
+  checks.choice(granularity, "granularity", GRANULARITIES,
+                hint=" ('passage': candidates sent whole; 'sentence': a passage sent whole or as "
+                     "some of its sentences)")
+  if granularity == "sentence" and unit == "word":
+    raise ValueError("`granularity='sentence'` cuts passages into sentences; the Pipeline's "
+                     "candidates are words (`unit='word'`). Use unit='passage'.")
+  if granularity == "sentence" and embeddings:
+    raise ValueError("`granularity='sentence'` embeds each passage's sentences with the "
+                     "Pipeline's encoder; `embeddings` of whole passages cannot serve them. "
+                     "Pass embeddings=None, or granularity='passage'.")
+  return granularity
+
+
+def sentences(passages: list, counter: TokenCounter) -> tuple:
+  """`[M]` passages -> (`[N]` sentence `Passage`s, `parents [N]` int32: each one's passage,
+  the `[M]` passages). Each sentence's `tokens` are `counter`'s count of what it is sent as
+  (`sent_text`); a passage of one sentence is its own candidate, as it is."""
+  out, parents, todo = [], [], []
+  for m, p in enumerate(passages):
+    spans = _headed(p.text, text_lib.sentence_spans(p.text))
+    if len(spans) <= 1:
+      out.append(p)
+      parents.append(m)
+      continue
+    for a, b in spans:
+      t = p.text[a:b]
+      todo.append(len(out))
+      out.append(dataclasses.replace(p, text=t, start=p.start + a, end=p.start + b,
+                                     prefix=text_lib.heading(p.title, t)))
+      parents.append(m)
+  if todo:
+    costs = counter.count([out[i].sent_text for i in todo])
+    for i, c in zip(todo, costs):
+      out[i] = dataclasses.replace(out[i], tokens=int(c))
+  return out, np.asarray(parents, np.int32), list(passages)
+
+
+def _headed(text: str, spans: list) -> list:
+  """`spans` with each Markdown heading line joined to the sentence after it (a heading alone
+  says nothing; with its first sentence it is what the passage is about)."""
+  out, start = [], None
+  for a, b in spans:
+    if _HEADING.match(text, a) and (a, b) != spans[-1]:
+      start = a if start is None else start
+      continue
+    out.append((a if start is None else start, b))
+    start = None
+  return out
+
+
+def _runs(indices: np.ndarray, parents: np.ndarray) -> list:
+  """The picked sentences `indices` as runs `[i, ..., j]` of consecutive candidates of one
+  passage (candidates of a passage are consecutive), in candidate order."""
+  runs = []
+  for i in sorted(int(x) for x in indices):
+    if runs and runs[-1][-1] == i - 1 and parents[i] == parents[runs[-1][-1]]:
+      runs[-1].append(i)
+    else:
+      runs.append([i])
+  return runs
+
+
+def _unit(run: list, sents: list, parent, whole: bool, counter: TokenCounter):
+  """The `Passage` a run of sentences of `parent` is sent as: `parent` itself when the run
+  is all of it, else the run's span with the prefix its text needs."""
+  if whole or (len(run) == 1 and sents[run[0]] is parent):
+    return parent
+  first, last = sents[run[0]], sents[run[-1]]
+  if len(run) == 1:
+    return first
+  text = parent.text[first.start - parent.start:last.end - parent.start]
+  prefix = text_lib.heading(parent.title, text)
+  return dataclasses.replace(parent, text=text, start=first.start, end=last.end, prefix=prefix,
+                             tokens=int(counter.count_one(prefix + text)))
+
+
+def merge(result, parents: np.ndarray, passages: list, counter: TokenCounter,
+          budget: Optional[float], *, own_costs: bool):
+  """`result` (a `SelectionResult` over the sentence candidates) with its picks merged into
+  the units sent (see the module docstring): `passages` `[K]` the units, `indices` `[K]` the
+  first sentence of each, `scores` their best sentence's, `gains` the sum of their sentences',
+  `curve` the objective after every sentence picked up to the unit. With `own_costs` (the
+  caller's `Passage`s, costed by their `tokens`), the last units are dropped while their
+  tokens exceed `budget`; otherwise `reader.fit` counts the context as sent."""
+  order = np.asarray(result.indices, np.int64)
+  if not len(order):
+    return dataclasses.replace(result, granularity="sentence")
+  rank = {int(i): r for r, i in enumerate(order)}
+  sents = result.candidates
+  counts = np.bincount(parents, minlength=len(passages))
+  runs = sorted(_runs(order, parents), key=lambda run: min(rank[i] for i in run))
+  units, firsts, scores, gains, curve, last = [], [], [], [], [], -1
+  for run in runs:
+    m = int(parents[run[0]])
+    units.append(_unit(run, sents, passages[m], len(run) == counts[m], counter))
+    ranks = [rank[i] for i in run]
+    firsts.append(run[0])
+    gains.append(float(np.sum(result.gains[ranks])))
+    last = max(last, *ranks)
+    curve.append(float(result.curve[last]))
+    if result.scores is not None:
+      scores.append(float(np.max(result.scores[ranks])))
+  if own_costs and budget is not None and np.isfinite(budget):
+    while units and sum(u.tokens for u in units) > budget:
+      units, firsts, gains, curve = units[:-1], firsts[:-1], gains[:-1], curve[:-1]
+      scores = scores[:len(units)]
+  return dataclasses.replace(
+      result, passages=units, indices=np.asarray(firsts, np.int64),
+      scores=None if result.scores is None else np.asarray(scores, np.float32),
+      gains=np.asarray(gains, np.float32), curve=np.asarray(curve, np.float32),
+      cost=int(sum(u.tokens for u in units)), granularity="sentence")
+
+
+def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.ndarray,
+         relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
+         constraints: Optional[tuple] = None) -> tuple:
+  """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the other
+  sentences of the passages it picked from (passages in pick order, each one's sentences by
+  decreasing `relevance` `[N]`), then every other sentence by decreasing relevance, each taken
+  while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`).
+  The search chose which passages matter; their other sentences are what it could not reach
+  in a few iterations over many candidates. -> (order, gains, curve) `[K]`: a filled pick's
+  gain is 0 (it was not searched), the curve stays at the searched value."""
+  searched_picks = len(order)
+  order = [int(i) for i in order]
+  taken = set(order)
+  spent = float(np.sum(costs[order])) if order else 0.0
+  cap_groups, cap = (None, None) if constraints is None else constraints[1:]
+  used = {}
+  if cap_groups is not None:
+    for i in order:
+      used[int(cap_groups[i])] = used.get(int(cap_groups[i]), 0) + 1
+  by_relevance = sorted(range(len(costs)), key=lambda i: (-float(relevance[i]), i))
+  searched = list(dict.fromkeys(int(parents[i]) for i in order))
+  rest = [i for m in searched for i in by_relevance if parents[i] == m] + by_relevance
+  for i in rest:
+    if i in taken or spent + float(costs[i]) > budget or (k is not None and len(order) >= k):
+      continue
+    g = -1 if cap_groups is None else int(cap_groups[i])
+    if g >= 0 and used.get(g, 0) >= cap:
+      continue
+    order.append(i)
+    taken.add(i)
+    spent += float(costs[i])
+    used[g] = used.get(g, 0) + 1
+  added = len(order) - searched_picks
+  last = curve[-1] if len(curve) else 0.0
+  return (np.asarray(order, np.int64), np.concatenate([gains, np.zeros(added, gains.dtype)]),
+          np.concatenate([curve, np.full(added, last, curve.dtype)]))

@@ -1,0 +1,150 @@
+"""`granularity="sentence"`: a passage sent whole or as runs of its sentences, in one budget.
+
+The real all-MiniLM-L6-v2 encoder (offline) on the bundled HotpotQA article: spans index the
+sources, a sentence never goes with its passage, the budget holds in the reader's count of what
+is sent (and in a second tokenizer), "passage" is today's selection, bad values are refused
+before anything is embedded, and `select_many` equals `select`.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxsel
+from jaxsel._src.pipeline import granularity
+
+DATA = Path(__file__).resolve().parents[2] / "jaxsel" / "data"
+DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")
+DOCS = [DOC[:2500], DOC[2500:5000]]
+Q = "What government position was held by the woman who portrayed Corliss Archer?"
+METHODS = (None, "naive", "facility_location")
+
+
+@pytest.fixture(scope="module")
+def pipe():
+  return jaxsel.Pipeline(jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2"))
+
+
+def passages_of(pipe, docs):
+  """Whole paragraphs as the caller's `Passage`s (start=0: offsets in their own text)."""
+  texts = [p for d in docs for p in d.split("\n\n") if p.strip() and not p.startswith("#")][:12]
+  costs = pipe.tokenizer.count(texts)
+  return [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c), title=f"Paragraph {i}")
+          for i, (t, c) in enumerate(zip(texts, costs))]
+
+
+def disjoint(picks):
+  spans = sorted((p.doc, p.start, p.end) for p in picks)
+  return all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:]))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("budget", [60, 200])
+def test_documents_spans_budget_and_no_overlap(pipe, method, budget):
+  res = pipe.replace(method=method).select(Q, DOCS, budget=budget, granularity="sentence")
+  assert res.granularity == "sentence" and len(res.passages)
+  for p in res.passages:
+    assert DOCS[p.doc][p.start:p.end] == p.text
+    assert p.prefix in ("", f"{p.title}: ")
+  assert disjoint(res.passages)  # never a sentence beside its passage, nor twice
+  sent = pipe.tokenizer.count([res.context()])[0]
+  assert res.cost == sent <= budget
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_passages_spans_budget_and_wholes(pipe, method):
+  ps = passages_of(pipe, DOCS)
+  res = pipe.replace(method=method).select(Q, ps, budget=150, granularity="sentence")
+  assert len(res.passages)
+  for p in res.passages:
+    assert ps[p.doc].text[p.start:p.end] == p.text
+    if p.start == 0 and p.end == len(ps[p.doc].text):
+      assert p == ps[p.doc]  # a passage all of whose sentences are picked is sent as it is
+    else:
+      assert p.tokens == pipe.tokenizer.count_one(p.sent_text)
+  assert disjoint(res.passages)
+  assert sum(p.tokens for p in res.passages) == res.cost <= 150
+  # Without a budget every sentence is taken: each passage is sent whole, once.
+  every = pipe.replace(method="naive").select(Q, ps[:3], granularity="sentence", min_gain=None)
+  assert sorted(every.passages, key=lambda p: p.doc) == ps[:3]
+
+
+def test_offsets_follow_a_passage_that_starts_inside_its_document(pipe):
+  ps = [p for p in pipe.split(DOCS) if p.start > 0 and len(jaxsel.split_text(p.text)) > 2][:4]
+  assert len(ps) == 4
+  res = pipe.replace(method="naive").select(Q, ps, budget=40, granularity="sentence")
+  for p in res.passages:
+    assert DOCS[p.doc][p.start:p.end] == p.text
+
+
+def test_a_sentence_carries_its_passage_title_in_its_cost():
+  counter = jaxsel.token_counter(None)
+  p = jaxsel.Passage("Alpha is a town. It has a river.", 0, 32, doc=3, tokens=9, title="Alpha")
+  sents, parents, units = granularity.sentences([p], counter)
+  assert [s.text for s in sents] == ["Alpha is a town.", "It has a river."]
+  assert [s.prefix for s in sents] == ["", "Alpha: "]
+  assert [s.tokens for s in sents] == [5, counter.count_one("Alpha: It has a river.")]
+  assert parents.tolist() == [0, 0] and units == [p]
+
+
+def test_a_heading_goes_with_the_sentence_after_it():
+  text = "# Alpha\n\nAlpha is a town. It has a river."
+  p = jaxsel.Passage(text, 0, len(text), title="Alpha")
+  sents, _, _ = granularity.sentences([p], jaxsel.token_counter(None))
+  assert [s.text for s in sents] == ["# Alpha\n\nAlpha is a town.", "It has a river."]
+
+
+def test_passage_granularity_is_todays_selection(pipe):
+  ps = passages_of(pipe, DOCS)
+  for method in METHODS:
+    p = pipe.replace(method=method)
+    for source in (DOCS, ps):
+      a, b = p.select(Q, source, budget=200), p.select(Q, source, budget=200, granularity="passage")
+      assert a.passages == b.passages and np.array_equal(a.indices, b.indices)
+      assert a.context() == b.context() and b.granularity == "passage"
+
+
+@pytest.mark.parametrize("bad", ["paragraph", "Sentence", "", None, 1])
+def test_bad_granularity_is_refused_before_anything_runs(bad):
+  class Refuses:  # an encoder that must not be called
+    dim, prompts, tokenizer = 8, {}, None
+
+    def encode(self, *a, **k):
+      raise AssertionError("embedded before the check")
+
+  p = jaxsel.Pipeline(Refuses(), method="naive")
+  with pytest.raises(ValueError, match="granularity"):
+    p.select(Q, DOCS, budget=100, granularity=bad)
+  with pytest.raises(ValueError, match="granularity"):
+    p.select_many([(Q, DOCS)], budget=100, granularity=bad)
+
+
+def test_sentence_granularity_refuses_passage_embeddings_and_words(pipe):
+  ps = passages_of(pipe, DOCS)[:3]
+  with pytest.raises(ValueError, match="granularity='sentence'.*embeddings"):
+    pipe.select(Q, ps, embeddings=np.ones((3, 384), np.float32), granularity="sentence")
+  with pytest.raises(ValueError, match="unit='word'"):
+    jaxsel.Pipeline(pipe.encoder, unit="word", method="naive").select(Q, DOCS, granularity="sentence")
+
+
+@pytest.mark.parametrize("method", [None, "naive"])
+def test_select_many_equals_select(pipe, method):
+  p = pipe.replace(method=method)
+  ps = passages_of(pipe, DOCS)
+  requests = [(Q, DOCS), (Q, ps), ("Who directed Kiss and Tell?", DOCS[:1])]
+  many = p.select_many(requests, budget=120, granularity="sentence")
+  for (q, source), got in zip(requests, many):
+    want = p.select(q, source, budget=120, granularity="sentence")
+    assert got.passages == want.passages and got.cost == want.cost
+    assert got.context() == want.context()
+
+
+def test_pinned_and_groups_name_the_callers_passages(pipe):
+  ps = passages_of(pipe, DOCS)
+  p = pipe.replace(method="naive")
+  res = p.select(Q, ps, budget=200, pinned=[5], granularity="sentence")
+  assert res.passages[0] == ps[5]  # every sentence of a pinned passage: it is sent whole, first
+  res = p.select(Q, ps, budget=300, groups=[i % 2 for i in range(len(ps))], max_per_group=1,
+                 granularity="sentence")
+  assert len({p.doc % 2 for p in res.passages}) == len(res.passages) <= 2
