@@ -3,13 +3,16 @@
 embedding (all-MiniLM-L6-v2) and with client-sent embeddings. Loopback only; bounded.
 
 The server runs in its own process (`--in-process`: on a thread of this one, sharing the
-clients' interpreter lock); the clients send request bodies encoded before the clock starts.
+clients' interpreter lock); the clients send request bodies encoded before the clock starts,
+the concurrent ones as asyncio tasks. Besides requests/s and latency, the server's own CPU
+time per request (from /proc; with `--in-process` this whole process's), which other load on
+the machine changes less than wall time.
 
     python bench/serve.py [--requests 128] [--clients 32] [--method corag] [--in-process]
 """
 
 import argparse
-import concurrent.futures
+import asyncio
 import contextlib
 import json
 import os
@@ -60,21 +63,33 @@ def one_at_a_time(url: str, reqs: list) -> tuple:
 
 
 def concurrent_clients(url: str, reqs: list, clients: int) -> tuple:
-  local = [httpx.Client(timeout=120) for _ in range(clients)]
-  try:
-    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+  """`clients` concurrent clients (asyncio tasks on one connection pool: 32 client threads
+  spent more CPU than the server they measured) sending `reqs` between them."""
+  async def run():
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+      queue = list(reversed(reqs))
+      lat = []
+
+      async def one_client():
+        while queue:
+          body = queue.pop()
+          t0 = time.perf_counter()
+          r = await client.post(url + "/v2/rerank", content=body,
+                                headers={"content-type": "application/json"})
+          r.raise_for_status()
+          lat.append(time.perf_counter() - t0)
+
       t0 = time.perf_counter()
-      lat = list(pool.map(lambda ib: timed(url, ib[1], local[ib[0] % clients]),
-                          enumerate(reqs), timeout=900))
+      await asyncio.wait_for(asyncio.gather(*(one_client() for _ in range(clients))), 900)
       return time.perf_counter() - t0, lat
-  finally:
-    for c in local:
-      c.close()
+
+  return asyncio.run(run())
 
 
-def line(name: str, wall: float, lat: list, n: int) -> str:
+def line(name: str, wall: float, lat: list, cpu: float, n: int) -> str:
   p50, p99 = np.percentile(lat, [50, 99]) * 1000
-  return f"| {name} | {n / wall:.1f} | {p50:.0f} | {p99:.0f} |"
+  return f"| {name} | {n / wall:.1f} | {p50:.0f} | {p99:.0f} | {cpu / n * 1000:.1f} |"
 
 
 def app_of(args):
@@ -85,7 +100,8 @@ def app_of(args):
 
 @contextlib.contextmanager
 def server_process(args):
-  """`jaxsel serve` as this script in its own process on a free loopback port; its URL."""
+  """`jaxsel serve` as this script in its own process on a free loopback port: (its URL, a
+  function giving the CPU seconds that process has used so far)."""
   with socket.socket() as sock:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -102,13 +118,34 @@ def server_process(args):
         if httpx.get(url + "/health", timeout=5).status_code == 200:
           break
       time.sleep(0.5)
-    yield url
+    yield url, lambda: process_cpu(proc.pid)
   finally:
     proc.send_signal(signal.SIGTERM)
     try:
       proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
       proc.kill()
+
+
+def process_cpu(pid: int) -> float:
+  """CPU seconds (user + system) process `pid` has used (Linux `/proc`)."""
+  with open(f"/proc/{pid}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def in_process(args):
+  with serve.background(app_of(args)) as url:
+    yield url, time.process_time  # the clients' CPU counts too
+
+
+def measured(run, url, reqs, *args) -> tuple:
+  """(wall seconds, latencies, server CPU seconds) of `run(url, reqs, *args)`."""
+  url, cpu = url
+  c0 = cpu()
+  wall, lat = run(url, reqs, *args)
+  return wall, lat, cpu() - c0
 
 
 def encoded(reqs: list) -> list:
@@ -129,24 +166,26 @@ def main() -> None:
     uvicorn.run(app_of(args), host="127.0.0.1", port=args.serve_port, log_level="warning")
     return
   t0 = time.perf_counter()
-  with (serve.background(app_of(args)) if args.in_process else server_process(args)) as url:
+  with (in_process(args) if args.in_process else server_process(args)) as server:
     print(f"warm-up {time.perf_counter() - t0:.1f} s; cpu {platform.processor() or platform.machine()}"
           f", {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; server "
           f"{'in this process' if args.in_process else 'in its own process'}")
-    print("| run | requests/s | p50 ms | p99 ms |\n|---|---|---|---|")
+    print("| run | requests/s | p50 ms | p99 ms | server CPU ms / request |\n|---|---|---|---|---|")
     for name, dim in (("server embedding", 0), ("client-sent embeddings", 384)):
       reqs = encoded(bodies(args.requests, args.documents, dim=dim))
       # Compiles what these shapes need beyond the warm-up (the encoder's), unmeasured.
-      one_at_a_time(url, reqs[:4])
-      concurrent_clients(url, reqs, args.clients)
+      one_at_a_time(server[0], reqs[:4])
+      concurrent_clients(server[0], reqs, args.clients)
       # the embedding cache would serve the second run's texts: fresh texts for each run
-      alone = one_at_a_time(url, encoded(bodies(args.requests, args.documents, dim=dim, seed=1)))
-      batched = concurrent_clients(
-          url, encoded(bodies(args.requests, args.documents, dim=dim, seed=2)), args.clients)
+      alone = measured(one_at_a_time, server,
+                       encoded(bodies(args.requests, args.documents, dim=dim, seed=1)))
+      batched = measured(concurrent_clients, server,
+                         encoded(bodies(args.requests, args.documents, dim=dim, seed=2)),
+                         args.clients)
       print(line(f"{name}, one at a time", *alone, args.requests))
       print(line(f"{name}, {args.clients} clients (batched)", *batched, args.requests))
-      print(f"| {name}: batched / one at a time | {alone[0] / batched[0]:.2f}x | | |")
-
+      print(f"| {name}: batched / one at a time | {alone[0] / batched[0]:.2f}x | | | "
+            f"{alone[2] / batched[2]:.2f}x less |")
 
 if __name__ == "__main__":
   main()

@@ -10,9 +10,9 @@ budget over the cosine of the query and each document (shifted to [0, 1], the sa
 its method. Either way the documents become `jaxsel.Passage`s costing their tokens in the
 pipeline's reader tokenizer, and requests that share a solve (method, budget, `top_n`,
 `max_per_group`, candidate bucket, embedding dimension) go through one
-`Pipeline.select_many` (one `jax.vmap`-ed solve; client-sent embeddings included), padded to
-a power of two by repeating a request so that a batch of any size reuses one of a few
-compiled programs. The server's encoder embeds each request on its own, as `select` does.
+`Pipeline.select_many` (`jax.vmap`-ed solves of `SOLVE_ROWS` requests each, padded by
+repeating a request; client-sent embeddings included), so that every request, alone or in a
+batch of any size, runs in the same compiled program and gets the same answer. The server's encoder embeds each request on its own, as `select` does.
 """
 
 from __future__ import annotations
@@ -86,8 +86,14 @@ class _Prepared:
   query_tokens: int
 
 
-def _power_of_two(n: int) -> int:
-  return 1 << max(0, (n - 1).bit_length())
+# Every solve runs in one batched program of this many rows (a batch cut into groups of at most
+# as many, each padded by repeating its last request), so a request's answer does not depend on
+# how many requests shared its batch: XLA:CPU's programs of different batch sizes sum in
+# different orders (measured with MiniLM: the cosines and CORAG's gains differ in the 7th digit
+# between 1, 4 and 8 rows, and a near tie turns), while one program's rows agree whatever their
+# neighbours (all 128 requests of tests/serve `test_load_with_minilm_*`). 4 rows: a request alone
+# costs 4.1 ms of engine time, one in a batch of 32 2.9 ms (8 rows: 13.5 and 5.9 ms).
+SOLVE_ROWS = 4
 
 
 class Engine:
@@ -125,8 +131,8 @@ class Engine:
       if isinstance(outs[i], _Prepared):
         batches[self._key(outs[i])].append(i)
     for rows in batches.values():
-      for start in range(0, len(rows), self.max_batch):
-        part = rows[start:start + self.max_batch]
+      for start in range(0, len(rows), SOLVE_ROWS):
+        part = rows[start:start + SOLVE_ROWS]
         try:
           results = self._select_many([outs[i] for i in part])
         except Exception:  # noqa: BLE001 -- one bad request: each alone, so only it fails
@@ -181,9 +187,8 @@ class Engine:
     job = preps[0].job
     method = self._method(job)
     preps = list(preps)
-    # The batch axis is a static shape: padded to a power of two (repeating the last request,
-    # whose embeddings are then cached), a batch of any size runs one of a few programs.
-    padded = preps + [preps[-1]] * (_power_of_two(len(preps)) - len(preps))
+    # Padded to `SOLVE_ROWS` (repeating the last request, whose embeddings are then cached).
+    padded = preps + [preps[-1]] * (SOLVE_ROWS - len(preps))
     jobs = [p.job for p in padded]
     kwargs = {}
     if job.embeddings is not None:
@@ -218,8 +223,8 @@ class Engine:
 
   # -- start-up --------------------------------------------------------------------------------
   def warm_up(self, documents: Sequence[int] = (3,)) -> None:
-    """Compiles what a first request would: the ranking, and the default method's budgeted
-    selection batched by 1, 2, 4, ... up to `max_batch`, for requests of each number of
+    """Compiles what a first request would: the ranking and the default method's budgeted
+    selection (each in its `SOLVE_ROWS`-row program) for requests of each number of
     `documents` (their candidate buckets; client embeddings of the encoder's dimension share
     these programs). Raises what a warm-up request raised: a server that cannot answer it
     should not start."""
@@ -227,13 +232,7 @@ class Engine:
       n = checks.integer(n, "documents")
       texts = tuple(f"Warm-up document number {i}." for i in range(n))
       budget = int(self.pipeline.tokenizer.count(texts).max()) * 2
-      jobs = [Job("warm up", texts)]
-      size = 1
-      while True:
-        jobs += [Job("warm up", texts, select=True, budget=budget)] * size
-        for out in self.run(jobs):
-          if isinstance(out, Exception):
-            raise out
-        if size >= self.max_batch:
-          break
-        size, jobs = min(size * 2, self.max_batch), []
+      for out in self.run([Job("warm up", texts), Job("warm up", texts, select=True,
+                                                          budget=budget)]):
+        if isinstance(out, Exception):
+          raise out

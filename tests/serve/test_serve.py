@@ -245,6 +245,20 @@ def _load_bodies():
 
 def test_load_batched_answers_equal_one_at_a_time(url):
   """128 requests from 32 concurrent clients, all answered, each equal to its answer alone."""
+  _load(url)
+
+
+@pytest.mark.slow
+def test_load_with_minilm_batched_answers_equal_one_at_a_time():
+  """The same with the real all-MiniLM-L6-v2 embedding on the server (32 to a batch)."""
+  from jaxsel.cli.common import default_model, load_model
+  app = serve.create_app(jaxsel.Pipeline(load_model(default_model())), max_batch=32,
+                         warm_documents=(5, 8))
+  with serve.background(app) as base:
+    _load(base)
+
+
+def _load(url):
   bodies = _load_bodies()
   alone = [post(url, "/v2/rerank", b).json() for b in bodies]
   before = httpx.get(url + "/metrics", timeout=10).text
