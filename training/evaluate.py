@@ -325,16 +325,17 @@ def notitle_markdown(res: dict, budgets) -> list:
 
 
 def agent_markdown(ag: dict, budgets) -> list:
-  lines = ["| held out (questions) | best fixed (on training) | agent | fixed | Δ agent − fixed [CI] | "
-           "menu oracle | scorer accuracy vs majority class | agent's non-default choices |",
+  lines = [f"| held out (questions) | agent | default (`{agent_eval.DEFAULT}`) | best fixed (on training) | "
+           "Δ agent − fixed [CI] | menu oracle | scorer accuracy vs majority class | agent's non-default choices |",
            "|---|---|---|---|---|---|---|---|"]
   for r in ag["folds"]:
-    lines.append(f"| {r['held_out']} ({r['n']}) | {r['fixed']} | {r['agent']:.1f} | {r['fixed_joint']:.1f} | "
-                 f"{_ci(r['vs_fixed'])} | {r['oracle']:.1f} | {r['accuracy']:.1f} vs {r['majority_accuracy']:.1f} "
-                 f"({r['majority']}) | {r['non_default']:.1f}% |")
+    lines.append(f"| {r['held_out']} ({r['n']}) | {r['agent']:.1f} | {r['default_joint']:.1f} | "
+                 f"{r['fixed']}: {r['fixed_joint']:.1f} | {_ci(r['vs_fixed'])} | {r['oracle']:.1f} | "
+                 f"{r['accuracy']:.1f} vs {r['majority_accuracy']:.1f} ({r['majority']}) | {r['non_default']:.1f}% |")
   p = ag["lodo"]
-  lines.append(f"| **pooled, leave one dataset out** ({p['n']}) | | {p['agent']:.1f} | {p['fixed']:.1f} | "
-               f"{_ci(p['vs_fixed'])} | {p['oracle']:.1f} ({_ci(p['oracle_vs_fixed'])}) | "
+  lines.append(f"| **pooled, leave one dataset out** ({p['n']}) | {p['agent']:.1f} | {p['default']:.1f} "
+               f"(Δ agent − default {_ci(p['vs_default'])}) | {p['fixed']:.1f} | {_ci(p['vs_fixed'])} | "
+               f"{p['oracle']:.1f} ({_ci(p['oracle_vs_fixed'])}) | "
                f"{p['accuracy']:.1f} vs {p['majority_accuracy']:.1f} | |")
   return lines
 
@@ -384,7 +385,7 @@ def markdown(report: dict, command: str) -> str:
               + ", ".join(f"`{m}`" for m in agent_eval.MENU) + "), each with the default search "
               "settings and top-up, so the agent plugs into `Pipeline(enc, method=\"corag\", agent=...)`. "
               "Label of a question: the menu scorer with the best 10 × joint + recall summed over the three "
-              "budgets (ties to `bridge`). Model and training: the documented recipe (`jaxsel.ConfigAgent`, "
+              f"budgets (ties to the default, `{agent_eval.DEFAULT}`). Model and training: the documented recipe (`jaxsel.ConfigAgent`, "
               "`jaxsel.train_agent`: batch 32, 60 epochs, Adam 1e-3, epoch of best validation accuracy on "
               "a 20% split). Joint recall is each question's mean over the three budgets, in %; "
               "\"best fixed\" is the menu scorer best on the training groups; the menu oracle takes each "
