@@ -4,6 +4,7 @@
     python -m training evaluate ...        # the tables, cross-dataset runs, the agent
     python -m training forms ...           # candidate forms (titled, untitled, split)
     python -m training answers ...         # answers a generator gives from each context
+    python -m training granularity ...     # whole paragraphs or their sentences, one budget
     python -m training latency ...         # select latency with cached embeddings
     python -m training features ...        # embed and cache whole-paragraph features
     python -m training label ...           # label questions for the configuration agent
@@ -28,6 +29,7 @@ COMMANDS = {
     "evaluate": "evaluate",
     "forms": "forms_eval",
     "answers": "evaluate_answers",
+    "granularity": "granularity_eval",
     "latency": "hop_latency",
     "features": "hop_features",
     "label": "label_queries",
