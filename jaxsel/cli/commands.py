@@ -49,7 +49,7 @@ def cmd_select(args, out) -> None:
   pipe = make_pipeline(args, args.method, unit)  # default: corag with queries, coverage without
   announce_large_input(pipe, texts)
   _emit(args, _select(pipe, queries, texts, args, sources=sources,
-                      max_per_group=args.max_per_doc), out)
+                      max_per_group=args.max_per_doc, granularity=args.granularity), out)
 
 
 def cmd_index_build(args, out) -> None:

@@ -54,6 +54,7 @@ def _common(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
 
 
 UNITS = ("sentence", "passage", "word")
+GRANULARITIES = ("passage", "sentence")  # `Pipeline.select(granularity=...)`
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--prompt", action="store_true", help="print the LLM prompt instead of a table")
   p.add_argument("--max-per-doc", type=arg_whole, default=None, metavar="N",
                  help="pick at most N passages from each file (each document a group)")
+  p.add_argument("--granularity", choices=GRANULARITIES, default="passage",
+                 help="passage (default: each candidate sent whole) or sentence (a passage sent "
+                      "whole or as runs of its sentences, with its heading, in one budget)")
   _common(p)
   _late_chunking(p)
   p.set_defaults(func=cmd_select)

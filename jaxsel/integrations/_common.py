@@ -21,6 +21,8 @@ import numpy as np
 
 import jaxsel
 from jaxsel._src import checks, methods, tokens
+from jaxsel._src.pipeline.granularity import check_granularity
+from jaxsel._src.text import sentence_spans
 
 # The methods that rank candidates for a query (`"coverage"` takes none, so it has no place here).
 METHODS = methods.NEEDS_QUERY  # the adapters always have a query
@@ -45,11 +47,19 @@ def require(module: str, framework: str, extra: str) -> None:
 
 
 class Pick(NamedTuple):
-  """One selected candidate."""
+  """One selected candidate, or (granularity="sentence") a run of its sentences."""
   index: int  # position in the input list
   rank: int  # position in pick order (0: the first pick)
   score: float  # relevance to the query (cosine, clipped at 0)
   gain: float  # marginal gain under the method's objective when it was picked
+  # A part of the candidate: its text, `content[start:end]`; None when it is kept whole.
+  text: Optional[str] = None
+  start: Optional[int] = None
+  end: Optional[int] = None
+
+  def metadata(self) -> dict:
+    """What an adapter adds to a kept candidate's metadata for a part of it."""
+    return {} if self.text is None else {"jaxsel_start": self.start, "jaxsel_end": self.end}
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -73,8 +83,10 @@ def check_k(k):
   return checks.integer(k, "k", none=True)
 
 
-def check_settings(*, method, budget, k, order, group_by=None, max_per_group=None) -> None:
+def check_settings(*, method, budget, k, order, group_by=None, max_per_group=None,
+                   granularity="passage") -> None:
   check_method(method)
+  check_granularity(granularity)
   check_budget(budget)
   check_k(k)
   check_order(order)
@@ -121,19 +133,22 @@ def resolve_method(method, pipeline) -> str:
 
 
 # -- token counting -------------------------------------------------------------------------------
-def candidate_costs(pipeline: jaxsel.Pipeline, tokenizer, texts: Sequence[str]) -> np.ndarray:
-  """`[N]` token counts of `texts`: with `tokenizer` (anything `jaxsel.token_counter` takes,
-  or a function of one text returning its count or its tokens, such as LlamaIndex's
+def counter_of(pipeline: jaxsel.Pipeline, tokenizer) -> jaxsel.TokenCounter:
+  """What counts an adapter's tokens: `tokenizer` (anything `jaxsel.token_counter` takes, or a
+  function of one text returning its count or its tokens, such as LlamaIndex's
   `Settings.tokenizer`), by default the pipeline's reader tokenizer (`Pipeline.tokenizer`:
   the encoder's word pieces unless the pipeline was given one)."""
   if tokenizer is None:
-    counter = pipeline.tokenizer
-  elif (callable(tokenizer) and not isinstance(tokenizer, jaxsel.TokenCounter)
-        and not tokens.is_hf_tokenizer(tokenizer)):
-    counter = tokens.text_counter(tokenizer)
-  else:
-    counter = jaxsel.token_counter(tokenizer)
-  return counter.count(list(texts))
+    return pipeline.tokenizer
+  if (callable(tokenizer) and not isinstance(tokenizer, jaxsel.TokenCounter)
+      and not tokens.is_hf_tokenizer(tokenizer)):
+    return tokens.text_counter(tokenizer)
+  return jaxsel.token_counter(tokenizer)
+
+
+def candidate_costs(pipeline: jaxsel.Pipeline, tokenizer, texts: Sequence[str]) -> np.ndarray:
+  """`[N]` token counts of `texts` in `counter_of(pipeline, tokenizer)`."""
+  return counter_of(pipeline, tokenizer).count(list(texts))
 
 
 # -- embeddings -----------------------------------------------------------------------------------
@@ -205,8 +220,16 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
                       query_embedding: Optional[np.ndarray], method: str, budget, k, min_gain,
                       order: str, what: str, query_hint: str,
                       contents: Optional[Sequence[str]] = None, groups: Optional[list] = None,
-                      max_per_group: Optional[int] = None):
+                      max_per_group: Optional[int] = None, granularity: str = "passage",
+                      tokenizer=None, overhead: Optional[np.ndarray] = None):
   """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
+
+  With `granularity="sentence"` a candidate is kept whole or as runs of its sentences (a
+  `Pick` with `text`, `start`, `end` in `texts[index]`): the sentences are embedded by the
+  pipeline's encoder (not the candidates' `embeddings`) and counted by `tokenizer` (as
+  `candidate_costs`); a part costs its text plus `overhead[index]` (`[N]`, what the framework
+  adds to each candidate it sends, e.g. its metadata), and the last picks are dropped while
+  the kept ones cost more than the budget.
 
   With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.
   A candidate whose `contents` (its own text, default `texts`) is blank is never picked; a
@@ -214,13 +237,16 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   then None), as the module docstring says. `groups` (one label per candidate, `group_labels`)
   with `max_per_group` keeps at most that many per label.
   """
-  check_settings(method=method, budget=budget, k=k, order=order)
+  check_settings(method=method, budget=budget, k=k, order=order, granularity=granularity)
   if not isinstance(query, str) or not query.strip():
     raise ValueError(f"jaxsel needs a query (a non-empty string) to select {what}s, got {query!r}.")
   keep = [i for i, t in enumerate(texts if contents is None else contents) if t.strip()]
   if not keep:
     return [], None
   cheapest = min(int(costs[i]) for i in keep)
+  if budget is not None and budget < cheapest and granularity == "sentence":  # or a sentence
+    cheapest = min(cheapest, int(min(counter_of(pipeline, tokenizer).count(
+        [texts[i][a:b] for i in keep for a, b in sentence_spans(texts[i])]))))
   if budget is not None and budget < cheapest:
     logger.warning("jaxsel selects no %s: the budget of %g tokens is below the cheapest of the "
                    "%d candidates (%d tokens).", what, budget, len(keep), cheapest)
@@ -230,6 +256,9 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   passages = [jaxsel.Passage(texts[i], 0, len(texts[i]), doc=j, tokens=int(costs[i]))
               for j, i in enumerate(keep)]
   q_emb = None
+  if granularity == "sentence":  # sentences are embedded and counted by the pipeline
+    embeddings = None
+    pipeline = pipeline.replace(tokenizer=counter_of(pipeline, tokenizer))
   if embeddings is not None:
     check_dimensions(pipeline, embeddings, query_embedding, what=what, query_hint=query_hint)
     embeddings = embeddings[keep]
@@ -238,11 +267,30 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   if max_per_group is not None:
     caps = {"groups": [groups[i] for i in keep], "max_per_group": max_per_group}
   result = pipeline.select(query, passages, budget=budget, k=k, min_gain=min_gain,
-                           embeddings=embeddings, query_embeddings=q_emb, **caps)
+                           embeddings=embeddings, query_embeddings=q_emb, granularity=granularity,
+                           **caps)
   scores = np.zeros(len(result.indices)) if result.scores is None else result.scores
-  picks = [Pick(keep[int(i)], r, float(s), float(g))
-           for r, (i, s, g) in enumerate(zip(result.indices, scores, result.gains))]
+  if granularity == "sentence":
+    picks = _parts(result, passages, keep, scores, budget, overhead)
+  else:
+    picks = [Pick(keep[int(i)], r, float(s), float(g))
+             for r, (i, s, g) in enumerate(zip(result.indices, scores, result.gains))]
   if order == "input":
-    picks.sort(key=lambda p: p.index)
+    picks.sort(key=lambda p: (p.index, p.start or 0))
   return picks, result
+
+
+def _parts(result, passages: list, keep: list, scores, budget, overhead) -> list:
+  """The picks of a sentence-granularity `result`: each unit a whole candidate or a part of
+  it, the last dropped while the parts' `overhead` takes the total over `budget`."""
+  picks, spent = [], 0.0
+  for r, (u, s, g) in enumerate(zip(result.passages, scores, result.gains)):
+    whole = passages[u.doc]
+    i = keep[u.doc]
+    part = not (u.start == whole.start and u.end == whole.end)
+    spent += u.tokens + (float(overhead[i]) if part and overhead is not None else 0.0)
+    if budget is not None and spent > budget:
+      break
+    picks.append(Pick(i, r, float(s), float(g), *((u.text, u.start, u.end) if part else ())))
+  return picks
 

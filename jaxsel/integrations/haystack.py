@@ -65,6 +65,10 @@ class JaxselRanker:
     reuse_embeddings: use the documents' own embeddings when they all have one.
     group_by, max_per_group: keep at most `max_per_group` documents per value of
       `meta[group_by]` (e.g. ``"file_path"``; a document without the key is its own group).
+    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``: a document is
+      kept whole or as runs of its sentences, all within the budget (a part is a copy whose
+      content is `content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
+      meta); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
   """
 
   def __init__(self, pipeline: Optional[jaxsel.Pipeline] = None, *, encoder=None,
@@ -72,11 +76,12 @@ class JaxselRanker:
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None):
+               max_per_group: Optional[int] = None, granularity: str = "passage"):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
-                   max_per_group=max_per_group)
+                   max_per_group=max_per_group, granularity=granularity)
     self.group_by, self.max_per_group = group_by, max_per_group
+    self.granularity = granularity
     if pipeline is not None and encoder is not None:
       raise TypeError("Give `pipeline` or `encoder`, not both (a pipeline has its encoder).")
     self.encoder = encoder
@@ -107,7 +112,7 @@ class JaxselRanker:
         self, encoder=None if self.encoder is None else os.fspath(self.encoder),
         budget=self.budget, method=self.method, k=self.k, min_gain=self.min_gain,
         order=self.order, reuse_embeddings=self.reuse_embeddings, group_by=self.group_by,
-        max_per_group=self.max_per_group)
+        max_per_group=self.max_per_group, granularity=self.granularity)
 
   @classmethod
   def from_dict(cls, data: dict[str, Any]) -> "JaxselRanker":
@@ -139,7 +144,7 @@ class JaxselRanker:
     texts = [d.content for d in documents]
     costs = candidate_costs(pipeline, self.tokenizer, texts)
     emb = query_emb = None
-    if self.reuse_embeddings:
+    if self.reuse_embeddings and self.granularity == "passage":
       emb = stack_embeddings([d.embedding for d in documents], "document")
       query_emb = as_query_embedding(query_embedding, "query_embedding")
     picks, _ = select_candidates(
@@ -148,10 +153,11 @@ class JaxselRanker:
         k=self.k if k is None else k, min_gain=self.min_gain, order=self.order,
         what="document", query_hint="connect the query's embedding to `query_embedding`",
         groups=group_labels([d.meta for d in documents], self.group_by),
-        max_per_group=self.max_per_group)
+        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self.tokenizer)
     out = []
     for p in picks:
       doc = documents[p.index]
-      meta = {**doc.meta, "jaxsel_rank": p.rank, "jaxsel_gain": p.gain}
-      out.append(dataclasses.replace(doc, score=p.score, meta=meta))
+      meta = {**doc.meta, "jaxsel_rank": p.rank, "jaxsel_gain": p.gain, **p.metadata()}
+      part = {} if p.text is None else {"content": p.text, "embedding": None}
+      out.append(dataclasses.replace(doc, score=p.score, meta=meta, **part))
     return {"documents": out}

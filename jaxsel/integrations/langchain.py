@@ -69,6 +69,10 @@ class JaxselCompressor(BaseDocumentCompressor):
     reuse_embeddings: use the documents' stored embeddings.
     group_by, max_per_group: keep at most `max_per_group` documents per value of
       `metadata[group_by]` (e.g. ``"source"``; a document without the key is its own group).
+    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``: a document is
+      kept whole or as runs of its sentences, all within the budget (a part is a copy whose
+      page_content is `page_content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
+      metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
   """
 
   model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -83,6 +87,7 @@ class JaxselCompressor(BaseDocumentCompressor):
   reuse_embeddings: bool = True
   group_by: Optional[str] = None
   max_per_group: Optional[int] = None
+  granularity: str = "passage"
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -92,14 +97,15 @@ class JaxselCompressor(BaseDocumentCompressor):
                tokenizer: TokenizerLike = None, order: str = "input",
                embeddings: Optional[Embeddings] = None, embedding_key: str = "embedding",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None, **kwargs: Any):
+               max_per_group: Optional[int] = None, granularity: str = "passage",
+               **kwargs: Any):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
-                   max_per_group=max_per_group)
+                   max_per_group=max_per_group, granularity=granularity)
     super().__init__(budget=budget, method=method, k=k, min_gain=min_gain, order=order,
                      embeddings=embeddings, embedding_key=embedding_key,
                      reuse_embeddings=reuse_embeddings, group_by=group_by,
-                     max_per_group=max_per_group, **kwargs)
+                     max_per_group=max_per_group, granularity=granularity, **kwargs)
     self._pipeline = build_pipeline(pipeline, encoder)
     self._tokenizer = tokenizer
 
@@ -131,7 +137,7 @@ class JaxselCompressor(BaseDocumentCompressor):
       return []
     texts = [d.page_content for d in documents]
     costs = candidate_costs(self._pipeline, self._tokenizer, texts)
-    emb = self._embeddings(documents, texts)
+    emb = None if self.granularity == "sentence" else self._embeddings(documents, texts)
     query_emb = None
     if emb is not None and self.embeddings is not None:
       query_emb = as_query_embedding(self.embeddings.embed_query(query), "query embedding")
@@ -141,11 +147,12 @@ class JaxselCompressor(BaseDocumentCompressor):
         order=self.order, what="document",
         query_hint="pass your vector store's `embeddings=` model to embed the query",
         groups=group_labels([d.metadata for d in documents], self.group_by),
-        max_per_group=self.max_per_group)
+        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self._tokenizer)
     out = []
     for p in picks:
       doc = documents[p.index]
       meta = {**doc.metadata, "relevance_score": p.score, "jaxsel_rank": p.rank,
-              "jaxsel_gain": p.gain}
-      out.append(doc.model_copy(update={"metadata": meta}))
+              "jaxsel_gain": p.gain, **p.metadata()}
+      update = {"metadata": meta} if p.text is None else {"metadata": meta, "page_content": p.text}
+      out.append(doc.model_copy(update=update))
     return out

@@ -65,6 +65,11 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     reuse_embeddings: use the nodes' own embeddings when they all have one.
     group_by, max_per_group: keep at most `max_per_group` nodes per value of
       `node.metadata[group_by]` (e.g. ``"file_name"``; a node without the key is its own group).
+    granularity: ``"passage"`` (default: nodes kept whole) or ``"sentence"``: a node is
+      kept whole or as runs of its sentences, all within the budget (a part is a copy whose
+      text is `text[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
+      metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
+      A part's cost counts its text and the metadata LlamaIndex sends with it.
   """
 
   budget: Optional[float] = Field(default=None, description="Most tokens of the selected nodes.")
@@ -76,6 +81,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
                                  description="Use the nodes' embeddings when all have one.")
   group_by: Optional[str] = Field(default=None, description="Metadata key that groups nodes.")
   max_per_group: Optional[int] = Field(default=None, description="Most nodes kept per group.")
+  granularity: str = Field(default="passage", description="'passage' or 'sentence'.")
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -84,13 +90,14 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None, **kwargs: Any):
+               max_per_group: Optional[int] = None, granularity: str = "passage",
+               **kwargs: Any):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
-                   max_per_group=max_per_group)
+                   max_per_group=max_per_group, granularity=granularity)
     super().__init__(budget=budget, method=method, k=k, min_gain=min_gain, order=order,
                      reuse_embeddings=reuse_embeddings, group_by=group_by,
-                     max_per_group=max_per_group, **kwargs)
+                     max_per_group=max_per_group, granularity=granularity, **kwargs)
     self._pipeline = build_pipeline(pipeline, encoder)
     self._tokenizer = tokenizer
 
@@ -113,8 +120,12 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
     llm_texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in nodes]
     costs = candidate_costs(self._pipeline, self._tokenizer, llm_texts)
-    emb = query_emb = None
-    if self.reuse_embeddings:
+    contents = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+    emb = query_emb = overhead = None
+    if self.granularity == "sentence":  # parts of the nodes' own text, and what metadata adds
+      texts = contents
+      overhead = costs - candidate_costs(self._pipeline, self._tokenizer, contents)
+    elif self.reuse_embeddings:
       emb = stack_embeddings([n.node.embedding for n in nodes], "node")
       query_emb = as_query_embedding(query_bundle.embedding, "QueryBundle.embedding")
     with self.callback_manager.event(
@@ -126,10 +137,19 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
           self._pipeline, query_bundle.query_str, texts, costs, embeddings=emb,
           query_embedding=query_emb, method=self.method, budget=self.budget, k=self.k,
           min_gain=self.min_gain, order=self.order, what="node",
-          contents=[n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes],
-          groups=group_labels([n.node.metadata for n in nodes], self.group_by),
-          max_per_group=self.max_per_group,
+          contents=contents, groups=group_labels([n.node.metadata for n in nodes], self.group_by),
+          max_per_group=self.max_per_group, granularity=self.granularity,
+          tokenizer=self._tokenizer, overhead=overhead,
           query_hint="give the query embedding (`QueryBundle(query_str, embedding=...)`)")
-      out = [NodeWithScore(node=nodes[p.index].node, score=p.score) for p in picks]
+      out = [NodeWithScore(node=nodes[p.index].node if p.text is None else
+                           _part(nodes[p.index].node, p), score=p.score) for p in picks]
       event.on_end(payload={EventPayload.NODES: out})
     return out
+
+
+def _part(node, pick):
+  """A copy of `node` holding the part `pick` of its text (`text[start:end]`), with a new id
+  (LlamaIndex keys nodes by id) and `"jaxsel_start"` / `"jaxsel_end"` in its metadata."""
+  return node.model_copy(update={
+      "text": pick.text, "embedding": None, "id_": f"{node.node_id}#{pick.start}-{pick.end}",
+      "metadata": {**node.metadata, **pick.metadata()}})

@@ -152,12 +152,14 @@ class SelectionResult:
           "gain": float(g), "value": float(v)})
       if self.granularity == "sentence":  # what is sent before `text` (its passage's title)
         picks[-1]["prefix"] = p.prefix
-    return {"method": self.method, "queries": list(self.queries), "budget": self.budget,
-            "cost": int(self.cost), "num_candidates": len(self.candidates),
-            "granularity": self.granularity,
-            "saturation": self.saturation, "bound": self.bound, "certified": self.certified,
-            "exhausted": self.exhausted, "searched": self.searched, "estimate": self.estimate,
-            "selected": picks}
+    out = {"method": self.method, "queries": list(self.queries), "budget": self.budget,
+           "cost": int(self.cost), "num_candidates": len(self.candidates),
+           "saturation": self.saturation, "bound": self.bound, "certified": self.certified,
+           "exhausted": self.exhausted, "searched": self.searched, "estimate": self.estimate,
+           "selected": picks}
+    if self.granularity == "sentence":  # the schema of a passage selection stays as it was
+      out["granularity"] = self.granularity
+    return out
 
   def table(self, *, width: int = 100) -> str:
     """A human-readable table of the picks."""

@@ -1,0 +1,81 @@
+"""`granularity="sentence"` in the three adapters: a candidate kept whole or as runs of its
+sentences (a copy holding `text[start:end]`, with `jaxsel_start` / `jaxsel_end`), within the
+budget in the adapter's counter (the encoder's, or a second tokenizer given to it), and a bad
+value refused when the adapter is built."""
+
+import pytest
+from haystack import Document as HaystackDocument
+from langchain_core.documents import Document as LangChainDocument
+from llama_index.core.schema import NodeWithScore, TextNode
+
+import jaxsel
+from jaxsel.cli import DEMO_DOCUMENT
+from jaxsel.integrations.haystack import JaxselRanker
+from jaxsel.integrations.langchain import JaxselCompressor
+from jaxsel.integrations.llama_index import JaxselNodePostprocessor
+
+QUERY = "What government position was held by the woman who portrayed Corliss Archer?"
+PARAGRAPHS = [p for p in DEMO_DOCUMENT.read_text("utf-8").split("\n\n")
+              if p.strip() and not p.startswith("#")][:8]
+
+
+def _llama(encoder, texts, **settings):
+  nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}", metadata={"i": i}), score=1.0)
+           for i, t in enumerate(texts)]
+  out = JaxselNodePostprocessor(encoder=encoder, **settings).postprocess_nodes(nodes, query_str=QUERY)
+  return [(n.node.metadata, n.node.get_content()) for n in out]
+
+
+def _langchain(encoder, texts, **settings):
+  docs = [LangChainDocument(page_content=t, metadata={"i": i}) for i, t in enumerate(texts)]
+  return [(d.metadata, d.page_content)
+          for d in JaxselCompressor(encoder=encoder, **settings).compress_documents(docs, QUERY)]
+
+
+def _haystack(encoder, texts, **settings):
+  docs = [HaystackDocument(content=t, meta={"i": i}, id=str(i)) for i, t in enumerate(texts)]
+  out = JaxselRanker(encoder=encoder, **settings).run(query=QUERY, documents=docs)["documents"]
+  return [(d.meta, d.content) for d in out]
+
+
+ADAPTERS = {"llama_index": (JaxselNodePostprocessor, _llama),
+            "langchain": (JaxselCompressor, _langchain), "haystack": (JaxselRanker, _haystack)}
+
+
+@pytest.fixture(scope="module")
+def second():
+  """A second tokenizer, as a framework hands one over: `text -> int` (words)."""
+  return lambda text: len(text.split())
+
+
+@pytest.mark.parametrize("framework", ADAPTERS)
+@pytest.mark.parametrize("counted", ["encoder", "second"])
+def test_parts_are_spans_and_the_budget_holds(minilm, second, framework, counted):
+  _, run = ADAPTERS[framework]
+  extra = {} if counted == "encoder" else {"tokenizer": second}
+  count = (jaxsel.token_counter(minilm).count_one if counted == "encoder" else second)
+  budget = 90 if counted == "encoder" else 45  # word pieces, or words
+  kept = run(minilm, PARAGRAPHS, budget=budget, granularity="sentence", **extra)
+  assert kept and sum(count(text) for _, text in kept) <= budget
+  parts = [(m["i"], m["jaxsel_start"], m["jaxsel_end"], text) for m, text in kept
+           if "jaxsel_start" in m]
+  assert parts  # the budget holds no two whole paragraphs here
+  for i, start, end, text in parts:
+    assert PARAGRAPHS[i][start:end] == text
+  for m, text in kept:
+    if "jaxsel_start" not in m:
+      assert text == PARAGRAPHS[m["i"]]  # kept whole
+
+
+@pytest.mark.parametrize("framework", ADAPTERS)
+def test_passage_granularity_keeps_whole_candidates(minilm, framework):
+  _, run = ADAPTERS[framework]
+  kept = run(minilm, PARAGRAPHS, budget=200, granularity="passage")
+  assert kept and all(text == PARAGRAPHS[m["i"]] and "jaxsel_start" not in m for m, text in kept)
+
+
+@pytest.mark.parametrize("framework", ADAPTERS)
+def test_bad_granularity_is_refused_when_built(tiny, framework):
+  cls, _ = ADAPTERS[framework]
+  with pytest.raises(ValueError, match="`granularity`"):
+    cls(encoder=tiny, granularity="paragraph")
