@@ -187,8 +187,14 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
         raise RequestError(f"`{name}` holds a value that is not finite", name)
       if not (np.abs(x).max(axis=-1) > 0).all():
         raise RequestError(f"`{name}` holds a zero vector (no direction to compare)", name)
+  granularity = body.granularity or "passage"
+  if granularity == "sentence" and embeddings is not None:
+    raise RequestError("`granularity` 'sentence' embeds each document's sentences with the "
+                       "server's encoder; leave out `embeddings` and `query_embedding`",
+                       "granularity")
   return Job(query=body.query, texts=tuple(texts), top_n=body.top_n,
-             select=body.budget_tokens is not None or body.method is not None,
+             select=(body.budget_tokens is not None or body.method is not None
+                     or granularity == "sentence"), granularity=granularity,
              budget=body.budget_tokens, method=body.method,
              pinned=None if body.pinned is None else tuple(body.pinned),
              groups=None if body.groups is None else tuple(body.groups),
@@ -201,7 +207,9 @@ def _results(outcome: Outcome, texts=None) -> list:
   for p in outcome.picks:
     r = {"index": p.index, "relevance_score": p.relevance}
     if texts is not None:
-      r["document"] = {"text": texts[p.index]}
+      r["document"] = {"text": texts[p.index][p.start:p.end]}
+    if p.start is not None:  # a part of the document (granularity "sentence")
+      r["start"], r["end"] = p.start, p.end
     if outcome.selection is not None:
       r["cost_tokens"] = p.cost
       r["gain"] = p.gain if math.isfinite(p.gain) else None

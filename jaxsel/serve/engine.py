@@ -57,6 +57,7 @@ class Job:
   embeddings: Optional[np.ndarray] = None  # [N, D] float32, the caller's
   query_embedding: Optional[np.ndarray] = None  # [D]
   max_tokens_per_doc: Optional[int] = None
+  granularity: str = "passage"
 
   @property
   def constrained(self) -> bool:
@@ -69,6 +70,8 @@ class Pick:
   relevance: float
   cost: Optional[int] = None
   gain: Optional[float] = None
+  start: Optional[int] = None  # a part of the document (granularity "sentence"), else None
+  end: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -157,7 +160,7 @@ class Engine:
     dim = None if job.embeddings is None else job.embeddings.shape[1]
     return (job.select, self._method(job), job.budget, job.top_n, job.max_per_group,
             job.pinned is not None or job.max_per_group is not None, dim,
-            bucket(len(p.passages)))
+            bucket(len(p.passages)), job.granularity)
 
   def _method(self, job: Job) -> str:
     return (job.method or self.method) if job.select else RANKING
@@ -200,7 +203,8 @@ class Engine:
                     max_per_group=job.max_per_group)
     requests = [(None if method == "coverage" else j.query, p.passages)
                 for j, p in zip(jobs, padded)]
-    results = self.pipe(method).select_many(requests, budget=job.budget, k=job.top_n, **kwargs)
+    results = self.pipe(method).select_many(requests, budget=job.budget, k=job.top_n,
+                                            granularity=job.granularity, **kwargs)
     return [self._outcome(p, r) for p, r in zip(preps, results)]
 
   def _outcome(self, p: _Prepared, res) -> Outcome:
@@ -211,8 +215,14 @@ class Engine:
       rel = np.asarray(res.candidate_scores, np.float32).max(axis=0)
     else:  # text selection (coverage) saw no query: the cosine, as ranked
       rel = self._cosines(p)
-    picks = [Pick(int(i), float(rel[int(i)]), int(p.passages[int(i)].tokens), float(g))
-             for i, g in zip(res.indices, res.gains)]
+    if res.granularity == "sentence":  # each pick a document or a part of it
+      scores = rel[res.indices] if res.scores is None else res.scores
+      picks = [Pick(u.doc, float(s), int(u.tokens), float(g),
+                    *(() if u.end - u.start == len(p.passages[u.doc].text) else (u.start, u.end)))
+               for u, s, g in zip(res.passages, scores, res.gains)]
+    else:
+      picks = [Pick(int(i), float(rel[int(i)]), int(p.passages[int(i)].tokens), float(g))
+               for i, g in zip(res.indices, res.gains)]
     selection = {"cost_tokens": int(res.cost), "budget_tokens": p.job.budget,
                  "method": res.method, "certified": res.certified}
     return Outcome(picks, self._total(p), selection)

@@ -7,7 +7,7 @@ Shape legend: N documents, D embedding dimension.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -55,6 +55,12 @@ class Extensions(BaseModel):
                   "Relevance is their cosine with `query_embedding`.")
   query_embedding: Optional[list[float]] = Field(
       None, description="jaxsel: `[D]` embedding of the query (goes with `embeddings`).")
+  granularity: Optional[Literal["passage", "sentence"]] = Field(
+      None,
+      description="jaxsel: `passage` (default: each document kept whole) or `sentence`: a "
+                  "document is kept whole or as runs of its sentences, all within the budget "
+                  "(a selection; the server's encoder embeds the sentences, so not with "
+                  "`embeddings`). A part's result gives its `start` and `end` in the document.")
 
 
 class JinaRerankRequest(Extensions):
@@ -101,6 +107,10 @@ class Result(BaseModel):
   cost_tokens: Optional[int] = Field(None, description="jaxsel, in a selection: the document's tokens.")
   gain: Optional[float] = Field(
       None, description="jaxsel, in a selection: the pick's marginal gain under the method.")
+  start: Optional[int] = Field(
+      None, description="jaxsel, `granularity` `sentence`: the part kept is "
+                        "`document[start:end]` (left out when the document is kept whole).")
+  end: Optional[int] = Field(None, description="jaxsel: see `start`.")
 
 
 class Usage(BaseModel):
