@@ -58,6 +58,7 @@ METHODS = {"naive_p": ("NaiveRAG, paragraphs", "naive", "passage"),
 METRICS = ("sf", "aic", "para", "whole")
 CACHE = os.path.join(ROOT, "out", "gran")
 RAW = {"hotpot_hard": hop_features.HARD, "2wiki": qa_sets.FILES["2wiki"]}
+LABELS = {"hotpot_hard": "HotpotQA-hard", "2wiki": "2Wiki", "hotpot_test": "HotpotQA test"}
 
 
 def _joined_spans(sentences) -> tuple:
@@ -217,7 +218,7 @@ def markdown(report: dict) -> list:
           continue
         c = row[k]
         d = evaluation.Interval(**c["default_s_diff"])
-        lines.append(f"| {hop_features.LABELS.get(name, name)} ({r['n']}) | {form} | {b} | "
+        lines.append(f"| {LABELS.get(name, name)} ({r['n']}) | {form} | {b} | "
                      f"{names[k]} | {c['naive_p']:.1f} | {c['naive_s']:.1f} | {c['default_p']:.1f}"
                      f" | {c['default_s']:.1f} | {context_eval.fmt_ci(d)} |")
   return lines

@@ -148,3 +148,12 @@ def test_pinned_and_groups_name_the_callers_passages(pipe):
   res = p.select(Q, ps, budget=300, groups=[i % 2 for i in range(len(ps))], max_per_group=1,
                  granularity="sentence")
   assert len({p.doc % 2 for p in res.passages}) == len(res.passages) <= 2
+
+
+def test_an_index_is_cut_into_sentences_too(pipe):
+  index = pipe.build_index(DOCS)
+  res = pipe.replace(method="naive").select(Q, index, budget=60, granularity="sentence")
+  assert res.passages and res.cost == pipe.tokenizer.count([res.context()])[0] <= 60
+  for p in res.passages:
+    assert DOCS[p.doc][p.start:p.end] == p.text
+  assert disjoint(res.passages)
