@@ -10,9 +10,9 @@ budget over the cosine of the query and each document (shifted to [0, 1], the sa
 its method. Either way the documents become `jaxsel.Passage`s costing their tokens in the
 pipeline's reader tokenizer, and requests that share a solve (method, budget, `top_n`,
 `max_per_group`, candidate bucket, embedding dimension) go through one
-`Pipeline.select_many` (`jax.vmap`-ed solves of `SOLVE_ROWS` requests each, padded by
-repeating a request; client-sent embeddings included), so that every request, alone or in a
-batch of any size, runs in the same compiled program and gets the same answer. The server's encoder embeds each request on its own, as `select` does.
+`Pipeline.select_many` (client-sent embeddings included), whose solves run in one compiled
+program of `solve.ROWS` rows whatever the batch size, so that every request, alone or in a
+batch, gets the same answer. The server's encoder embeds each request on its own, as `select` does.
 """
 
 from __future__ import annotations
@@ -89,16 +89,6 @@ class _Prepared:
   query_tokens: int
 
 
-# Every solve runs in one batched program of this many rows (a batch cut into groups of at most
-# as many, each padded by repeating its last request), so a request's answer does not depend on
-# how many requests shared its batch: XLA:CPU's programs of different batch sizes sum in
-# different orders (measured with MiniLM: the cosines and CORAG's gains differ in the 7th digit
-# between 1, 4 and 8 rows, and a near tie turns), while one program's rows agree whatever their
-# neighbours (all 128 requests of tests/serve `test_load_with_minilm_*`). 4 rows: a request alone
-# costs 4.1 ms of engine time, one in a batch of 32 2.9 ms (8 rows: 13.5 and 5.9 ms).
-SOLVE_ROWS = 4
-
-
 class Engine:
   """Ranks and selects batches of `Job`s with `pipeline` (`method`: the default method of a
   selection; None: the pipeline's, else `jaxsel.default_method`)."""
@@ -106,7 +96,7 @@ class Engine:
   def __init__(self, pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                max_batch: int = 32):
     # The cache keeps every text of a batch (two entries a request: its documents and its
-    # query), so the cosines of a ranking and a padded batch's repeats read them back.
+    # query), so the cosines of a ranking read them back.
     self.pipeline = pipeline.replace(cache_size=max(pipeline.config.cache_size, 4 * max_batch))
     self.method = method or pipeline.method or jaxsel.default_method(True)
     self.max_batch = max_batch
@@ -134,14 +124,12 @@ class Engine:
       if isinstance(outs[i], _Prepared):
         batches[self._key(outs[i])].append(i)
     for rows in batches.values():
-      for start in range(0, len(rows), SOLVE_ROWS):
-        part = rows[start:start + SOLVE_ROWS]
-        try:
-          results = self._select_many([outs[i] for i in part])
-        except Exception:  # noqa: BLE001 -- one bad request: each alone, so only it fails
-          results = [self._guard(lambda p: self._select_many([p])[0], outs[i]) for i in part]
-        for i, r in zip(part, results):
-          outs[i] = r
+      try:
+        results = self._select_many([outs[i] for i in rows])
+      except Exception:  # noqa: BLE001 -- one bad request: each alone, so only it fails
+        results = [self._guard(lambda p: self._select_many([p])[0], outs[i]) for i in rows]
+      for i, r in zip(rows, results):
+        outs[i] = r
     return outs
 
   @staticmethod
@@ -190,9 +178,7 @@ class Engine:
     job = preps[0].job
     method = self._method(job)
     preps = list(preps)
-    # Padded to `SOLVE_ROWS` (repeating the last request, whose embeddings are then cached).
-    padded = preps + [preps[-1]] * (SOLVE_ROWS - len(preps))
-    jobs = [p.job for p in padded]
+    jobs = [p.job for p in preps]
     kwargs = {}
     if job.embeddings is not None:
       kwargs.update(embeddings=[j.embeddings for j in jobs],
@@ -202,7 +188,7 @@ class Engine:
                     groups=[None if j.groups is None else list(j.groups) for j in jobs],
                     max_per_group=job.max_per_group)
     requests = [(None if method == "coverage" else j.query, p.passages)
-                for j, p in zip(jobs, padded)]
+                for j, p in zip(jobs, preps)]
     results = self.pipe(method).select_many(requests, budget=job.budget, k=job.top_n,
                                             granularity=job.granularity, **kwargs)
     return [self._outcome(p, r) for p, r in zip(preps, results)]
@@ -234,7 +220,7 @@ class Engine:
   # -- start-up --------------------------------------------------------------------------------
   def warm_up(self, documents: Sequence[int] = (3,)) -> None:
     """Compiles what a first request would: the ranking and the default method's budgeted
-    selection (each in its `SOLVE_ROWS`-row program) for requests of each number of
+    selection (one `solve.ROWS`-row program each) for requests of each number of
     `documents` (their candidate buckets; client embeddings of the encoder's dimension share
     these programs). Raises what a warm-up request raised: a server that cannot answer it
     should not start."""

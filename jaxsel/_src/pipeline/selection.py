@@ -378,11 +378,13 @@ class Pipeline:
         top_up=cfg.method == "corag" and cfg.top_up and r.candidates.parents is None,
         constrained=r.constraints is not None)
 
-  def _solve(self, requests: Sequence[_Request], *, k, min_gain, batched: bool) -> list:
+  def _solve(self, requests: Sequence[_Request], *, k, min_gain) -> list:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
     `select` pads it (padding to a larger size could reorder float sums and so break a near
-    tie differently), and requests of the same buckets and search choice are solved by one
-    `jax.vmap`-ed call (`batched`)."""
+    tie differently), and requests of the same buckets and search choice are solved together,
+    `solve.ROWS` at a time, in one `jax.vmap`-ed program of `solve.ROWS` rows (a lone request
+    padded by repeating it): `select` and every batch size run the same program, so a request
+    gets the same floats however many requests share its call."""
     cfg = self.config
     groups = collections.defaultdict(list)
     for i, r in enumerate(requests):
@@ -394,20 +396,20 @@ class Pipeline:
       # k is static: bucketed too (the picks are cut to the request's own k afterwards).
       config = self._solve_config(requests[rows[0]], n=n_pad,
                                   k=n_pad if k is None else min(int(k), n_pad), min_gain=min_gain)
-      inputs = solve_lib.pad_batch(
-          [(requests[i].query_embeddings, requests[i].candidates.embeddings,
-            requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
-            requests[i].constraints) for i in rows], n=n_pad, q=q_pad)
-      settings = [solve_lib.Settings.of(
-          budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
-          exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
-          diversity=cfg.diversity) for i in rows]
-      if not batched:
-        outs[rows[0]] = solve_lib.run(solve_lib.row(inputs, 0), settings[0], config)
-        continue
-      out = solve_lib.run(inputs, solve_lib.stack(settings), config, batched=True)
-      for b, i in enumerate(rows):
-        outs[i] = solve_lib.row(out, b)
+      for start in range(0, len(rows), solve_lib.ROWS):
+        part = rows[start:start + solve_lib.ROWS]
+        full = part + [part[-1]] * (solve_lib.ROWS - len(part))
+        inputs = solve_lib.pad_batch(
+            [(requests[i].query_embeddings, requests[i].candidates.embeddings,
+              requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
+              requests[i].constraints) for i in full], n=n_pad, q=q_pad)
+        settings = solve_lib.stack([solve_lib.Settings.of(
+            budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
+            exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
+            diversity=cfg.diversity) for i in full])
+        out = solve_lib.run(inputs, settings, config, batched=True)
+        for b, i in enumerate(part):
+          outs[i] = solve_lib.row(out, b)
     return outs
 
   def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:
@@ -496,7 +498,7 @@ class Pipeline:
         index=isinstance(self.index if documents_or_index is None else documents_or_index,
                          VectorIndex) and embeddings is None))
     r = self._request(queries, cands, q_emb, budget)._replace(constraints=cons)
-    out, = self._solve([r], k=k, min_gain=min_gain, batched=False)
+    out, = self._solve([r], k=k, min_gain=min_gain)
     return self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
 
   def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
@@ -592,7 +594,7 @@ class Pipeline:
       except (TypeError, ValueError) as e:
         raise type(e)(f"`query_embeddings[{r}]`: {e}") from None
       prepared.append(self._request(q, cands, q_emb, b)._replace(constraints=cons[r]))
-    outs = self._solve(prepared, k=k, min_gain=min_gain, batched=True)
+    outs = self._solve(prepared, k=k, min_gain=min_gain)
     return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
             for r, out in zip(prepared, outs)]
 
