@@ -40,6 +40,9 @@ def add_serve_parser(sub) -> None:
                  help="larger request bodies get a 413 (default 8 MiB)")
   p.add_argument("--max-documents", type=arg_whole, default=1000,
                  help="requests with more documents get a 413 (default 1000)")
+  p.add_argument("--warm-documents", type=_arg_counts, default=(3,), metavar="N[,N...]",
+                 help="compile the solves at start-up for requests of these numbers of "
+                      "documents (default 3; others compile at their first batch)")
   p.add_argument("--no-compile-cache", action="store_true",
                  help="do not keep compiled programs in the persistent cache")
   p.set_defaults(func=cmd_serve, max_tokens=None, quiet=True, no_embedding_cache=True)
@@ -55,6 +58,17 @@ def _arg_ms(text: str) -> float:
   return value
 
 
+def _arg_counts(text: str) -> tuple:
+  try:
+    counts = tuple(int(x) for x in text.split(","))
+  except ValueError:
+    counts = ()
+  if not counts or min(counts) < 1:
+    raise argparse.ArgumentTypeError(
+        f"expected document counts of at least 1, comma-separated (e.g. 3,10), got {text!r}")
+  return counts
+
+
 def cmd_serve(args, out) -> None:
   try:
     serve = importlib.import_module("jaxsel.serve")  # FastAPI and uvicorn: the extra
@@ -65,4 +79,5 @@ def cmd_serve(args, out) -> None:
   with bad_input():
     serve.run(pipe, host=args.host, port=args.port, method=args.method, model_name=args.model,
               max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
-              max_body_bytes=args.max_body_bytes, max_documents=args.max_documents)
+              max_body_bytes=args.max_body_bytes, max_documents=args.max_documents,
+              warm_documents=args.warm_documents)

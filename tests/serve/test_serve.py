@@ -308,7 +308,7 @@ def test_command_with_minilm_runs_the_docs_examples(tmp_path):
   port = _free_port()
   proc = subprocess.Popen(
       [sys.executable, "-m", "jaxsel.cli", "serve", "--port", str(port), "--max-batch", "2",
-       "--no-compile-cache"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+       "--warm-documents", "2,3", "--no-compile-cache"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   base = f"http://127.0.0.1:{port}"
   try:
     deadline = time.monotonic() + 600
