@@ -150,9 +150,9 @@ def test_the_old_signal_fields_still_read_with_a_deprecation_warning():
     assert not np.asarray(req.overlap).any()  # absent: zeros, as before
 
 
-@pytest.mark.parametrize("method", ["corag", "facility_location"])
-def test_select_many_is_bitwise_select_in_batches_of_any_size(method):
-  """Every solve runs in one program of `solve.ROWS` rows, so a request's floats do not depend
+@pytest.mark.parametrize("method,rows", [("corag", 1), ("corag", 4), ("facility_location", 1)])
+def test_select_many_is_bitwise_select_in_batches_of_any_size(method, rows):
+  """Every solve runs in one program of `solve_rows` rows, so a request's floats do not depend
   on how many requests shared its batch: XLA:CPU's programs of 1, 4 and 8+ rows sum in
   different orders (the gains differed in the 7th digit and turned near ties). Ten requests of
   one shape bucket, batched and one by one: the same picks, gains, curve and scores, bit for
@@ -164,7 +164,7 @@ def test_select_many_is_bitwise_select_in_batches_of_any_size(method):
   for r in range(10):
     docs = [" ".join(rng.choice(words, size=int(rng.integers(6, 14)))) + "." for _ in range(12)]
     requests.append((" ".join(rng.choice(words, size=4)) + "?", docs))
-  pipe = jaxsel.Pipeline(enc, method=method, max_tokens=32)
+  pipe = jaxsel.Pipeline(enc, method=method, max_tokens=32, solve_rows=rows)
   many = pipe.select_many(requests, budget=48)
   for got, (q, docs) in zip(many, requests):
     one = pipe.select(q, docs, budget=48)

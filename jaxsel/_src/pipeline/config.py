@@ -62,6 +62,13 @@ class PipelineConfig:
     dense_limit: above this many candidates the submodular methods use the matrix-free
       objectives (memory `O(N·D)` instead of the `[N, N]` similarity; the same picks).
     backend: ``"auto"``, ``"native"`` or ``"xla"``: where greedy's gains run (`jaxsel.greedy`).
+    solve_rows: every solve runs in a `jax.vmap`-ed program of this many rows (`select_many`
+      cuts its requests into groups of as many; a lone request or the last group is padded by
+      repeating one), in `select` and `select_many` alike, so a request gets the same floats
+      however many share its call (XLA:CPU's programs of other batch sizes sum in another
+      order and can turn a near tie). 1 (the default) is the fastest `select` (measured,
+      cached embeddings: 45 vs 54 ms with 4 rows for 36 candidates, 52 vs 72 ms for 100);
+      4 makes a stream of small requests cheaper per request (the server: 2.9 vs 4.1 ms).
   """
   method: Optional[str] = None
   unit: str = "passage"
@@ -84,6 +91,7 @@ class PipelineConfig:
   cache_size: int = 8
   dense_limit: int = 4096
   backend: str = "auto"
+  solve_rows: int = 1
 
   def __post_init__(self):
     if self.method is not None:
@@ -93,7 +101,7 @@ class PipelineConfig:
       checks.integer(self.max_tokens, "max_tokens")
     checks.choice(self.greedy_method, "greedy_method", GREEDY_METHODS)
     checks.choice(self.nonneg, "nonneg", NONNEG_METHODS)
-    for name in ("candidates", "batch_size", "iterations"):
+    for name in ("candidates", "batch_size", "iterations", "solve_rows"):
       checks.integer(getattr(self, name), name)
     if self.max_depth is not None:
       checks.integer(self.max_depth, "max_depth")

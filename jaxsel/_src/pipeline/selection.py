@@ -382,7 +382,7 @@ class Pipeline:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
     `select` pads it (padding to a larger size could reorder float sums and so break a near
     tie differently), and requests of the same buckets and search choice are solved together,
-    `solve.ROWS` at a time, in one `jax.vmap`-ed program of `solve.ROWS` rows (a lone request
+    `solve_rows` at a time, in one `jax.vmap`-ed program of `solve_rows` rows (a lone request
     padded by repeating it): `select` and every batch size run the same program, so a request
     gets the same floats however many requests share its call."""
     cfg = self.config
@@ -396,9 +396,9 @@ class Pipeline:
       # k is static: bucketed too (the picks are cut to the request's own k afterwards).
       config = self._solve_config(requests[rows[0]], n=n_pad,
                                   k=n_pad if k is None else min(int(k), n_pad), min_gain=min_gain)
-      for start in range(0, len(rows), solve_lib.ROWS):
-        part = rows[start:start + solve_lib.ROWS]
-        full = part + [part[-1]] * (solve_lib.ROWS - len(part))
+      for start in range(0, len(rows), cfg.solve_rows):
+        part = rows[start:start + cfg.solve_rows]
+        full = part + [part[-1]] * (cfg.solve_rows - len(part))
         inputs = solve_lib.pad_batch(
             [(requests[i].query_embeddings, requests[i].candidates.embeddings,
               requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
@@ -510,9 +510,10 @@ class Pipeline:
     """Runs independent requests `[(queries, documents), ...]` in one batched call.
 
     Each request is embedded as `select` embeds it (texts seen before come from the embedding
-    cache); the requests are padded (with a `valid` mask) and selected by `jax.vmap`-ed solves,
-    one per shape bucket and search choice, for every method. Results equal `select` on each
-    request: the same picks in the same order (gains to rounding).
+    cache); the requests are padded (with a `valid` mask) and selected by `jax.vmap`-ed solves
+    of `solve_rows` rows (`PipelineConfig`), per shape bucket and search choice, for every
+    method. `select` runs the same program, so results equal `select` on each request, bit for
+    bit.
 
     `pinned`, `groups`, `embeddings` and `query_embeddings` hold one entry per request (each
     as `select` takes it, or None); `max_per_group` applies to every request. A request with

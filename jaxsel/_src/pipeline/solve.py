@@ -32,14 +32,6 @@ from jaxsel._src.search import corag_search
 Array = jax.Array
 
 MIN_BUCKET = 8
-# Every Pipeline solve runs in a `jax.vmap`-ed program of this many rows (`Pipeline._solve`: a
-# batch cut into groups of at most as many, each padded by repeating a request; `select` too).
-# XLA:CPU's programs of different batch sizes sum in different orders (1, 4 and 8+ rows: the
-# cosines and CORAG's gains differ in the 7th digit, and a near tie turns), while the rows of
-# one program agree whatever their neighbours; so `select` and `select_many` of any size give
-# the same floats. 4 rows: a lone request's solve costs little more than one row's (the
-# server's engine: 4.1 ms a request alone, 2.9 ms in a batch of 32; 8 rows: 13.5 and 5.9 ms).
-ROWS = 4
 # What the baselines score their curve with (CORAG: the request's scorer).
 BASELINE_SCORERS = {"naive": "relevance", "mmr": "facility_location"}
 
