@@ -407,7 +407,7 @@ class Pipeline:
             budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
             exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
             diversity=cfg.diversity) for i in full])
-        out = solve_lib.run(inputs, settings, config, batched=True)
+        out = solve_lib.run(inputs, settings, config)
         for b, i in enumerate(part):
           outs[i] = solve_lib.row(out, b)
     return outs

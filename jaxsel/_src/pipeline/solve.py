@@ -295,10 +295,10 @@ def solve_batch(inputs: Inputs, settings: Settings, config: SolveConfig) -> Outp
   return jax.vmap(functools.partial(solve, config=config))(inputs, settings)
 
 
-def run(inputs: Inputs, settings: Settings, config: SolveConfig, *, batched: bool = False) -> Output:
-  """`solve` on one padded request, or over a `[B]` batch (`stack`, `solve_batch`); NumPy out."""
-  out = (solve_batch if batched else solve)(inputs, settings, config=config)
-  return jax.tree.map(np.asarray, out)
+def run(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
+  """`solve_batch` over a `[B]` batch (`pad_batch`, `stack`); NumPy out. The Pipeline runs
+  every request this way, alone or not (`PipelineConfig.solve_rows`)."""
+  return jax.tree.map(np.asarray, solve_batch(inputs, settings, config=config))
 
 
 def picks(out: Output, *, n: int, k: Optional[int], min_gain: Optional[float] = None,
