@@ -142,7 +142,7 @@ __all__ = [
     "split_dataset",
     "train_agent",
     "testing",
-    # for scripts that build requests or write files themselves (`training/`)
+    # for scripts that build requests themselves (`training/`); `files` is deprecated
     "files",
     "hop_scorer",
     "registry",

@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel.files import atomic_write
+from training.files import atomic_write
 from training import evaluation
 from training.qa import QAExample
 

@@ -35,6 +35,7 @@ import numpy as np
 
 import jaxsel
 from training import evaluation, qa_sets
+from training.files import atomic_write
 from training.qa import QAExample
 
 BUDGETS = (128, 256, 384)
@@ -129,7 +130,7 @@ class RunStore:
   def save(self) -> None:
     if self.path is not None:
       os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-      jaxsel.files.atomic_write(self.path, json.dumps(self.data).encode("utf-8"))
+      atomic_write(self.path, json.dumps(self.data).encode("utf-8"))
 
 
 def scorer_settings(scorer) -> dict:

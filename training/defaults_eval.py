@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import jaxsel  # noqa: E402
-from jaxsel.files import atomic_write  # noqa: E402
+from training.files import atomic_write  # noqa: E402
 from training import context_eval, hop_features  # noqa: E402
 
 SETS = ("hotpot_test", "musique", "2wiki")

@@ -9,6 +9,12 @@ prompt and text and tagged with the encoder's name; a cache of another encoder i
 Embeddings are normalised as the Pipeline asks (`normalize=True`); other calls go straight
 to the wrapped encoder. Batching changes an embedding by float rounding only (1e-7), so a
 rerun from the cache selects what a fresh run selects, but for exact ties.
+
+Why not the package's `EmbeddingStore` (`encode(..., cache=folder)`): that store keys a whole
+call (the texts, their order, the batch settings), so a cached answer is bit-identical to an
+uncached one, which is what a user's reruns need. Evaluations embed the same paragraph in
+many groupings (one question's candidates, then its sentences, then another budget's batch),
+so they need a cache per text, and accept rounding-level differences (1e-7) for it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from jaxsel.files import atomic_savez
+from training.files import atomic_savez
 
 
 class CachedEncoder:

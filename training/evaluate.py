@@ -46,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
-from jaxsel.files import atomic_write, file_sha256  # noqa: E402
+from training.files import atomic_write, file_sha256  # noqa: E402
 from training import agent_eval, answers, context_eval, crossval, forms_eval, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
@@ -420,7 +420,7 @@ def notes(report: dict) -> list:
   t = report.get("tables", {})
   if "hotpot_test" in t and 256 in t["hotpot_test"] and "default" in t["hotpot_test"][256]:
     h = t["hotpot_test"]
-    out.append(f"- Goal 1 (≥ +10 points of joint recall over NaiveRAG): the default gains "
+    out.append("- Goal 1 (≥ +10 points of joint recall over NaiveRAG): the default gains "
                + ", ".join(f"{_ci(h[b]['default']['joint_diff'])} at {b}" for b in report["budgets"] if b in h)
                + " on HotpotQA test; see the tables for the other sets and the cross-dataset rows for "
                "sets the configuration was not chosen on.")

@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from jaxsel.files import atomic_write, file_sha256  # noqa: E402
+from training.files import atomic_write, file_sha256  # noqa: E402
 from jaxsel import hop_scorer as hops  # noqa: E402
 from training import context_eval, hop_features, hop_search  # noqa: E402
 

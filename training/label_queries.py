@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
-from jaxsel.files import atomic_savez  # noqa: E402
+from training.files import atomic_savez  # noqa: E402
 from training import answers, labels, qa  # noqa: E402
 
 DEFAULT_DATA = os.path.join(ROOT, "..", "shared", "data", "hotpotqa", "dev_subsampled.jsonl")

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 import jaxsel
 from jaxsel import corag_search, cross_encoder_scorer, embedding_scorer
 from jaxsel import registry
-from jaxsel.files import atomic_write
+from training.files import atomic_write
 from training import answers, evaluation, qa
 from training.qa import QAExample, QAFeatures
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxsel import token_costs
 from jaxsel import registry
-from jaxsel.files import atomic_savez
+from training.files import atomic_savez
 
 
 @dataclasses.dataclass(frozen=True)

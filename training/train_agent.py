@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
-from jaxsel.files import atomic_write  # noqa: E402
+from training.files import atomic_write  # noqa: E402
 from training.labels import read_labels  # noqa: E402
 
 

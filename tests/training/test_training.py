@@ -1,8 +1,10 @@
 """Label, train and evaluate scripts end to end on a tiny HotpotQA sample; metrics against
 plain references; the batched search agrees with per-question calls."""
 
+import hashlib
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -11,9 +13,11 @@ from doubles import HashEncoder
 
 import jaxsel
 from training import evaluation
+from training import files
 from training import labels
 from training import qa
 from jaxsel._src.agent.params import load_agent
+import jaxsel.files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE = os.path.join(ROOT, "tests", "data", "hotpotqa_sample.jsonl")
@@ -372,3 +376,23 @@ def test_one_command_runs_every_research_entry_point(capsys):
     assert callable(importlib.import_module(f"training.{module}").main), name
   assert command.main(["bogus"]) == 2 and "unknown command 'bogus'" in capsys.readouterr().err
   assert command.main([]) == 0 and "python -m training defaults" in capsys.readouterr().out
+
+
+def test_research_files_write_atomically_and_the_old_public_module_warns(tmp_path):
+  """`training/files.py` writes whole files (a failing write leaves the old one, no
+  temporary file behind); `jaxsel.files` still works but says it is deprecated."""
+  target = tmp_path / "out.json"
+  files.atomic_write(target, b"old")
+  with pytest.raises(TypeError):
+    files.atomic_write(target, object())  # not bytes: the write fails midway
+  assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["out.json"]
+  files.atomic_savez(tmp_path / "a.npz", x=np.arange(3))
+  assert np.load(tmp_path / "a.npz")["x"].tolist() == [0, 1, 2]
+  assert files.file_sha256(target) == hashlib.sha256(b"old").hexdigest()
+
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jaxsel.files.atomic_write(tmp_path / "b.bin", b"new")
+  assert (tmp_path / "b.bin").read_bytes() == b"new"
+  assert any(issubclass(w.category, DeprecationWarning) and "jaxsel.files.atomic_write" in
+             str(w.message) for w in caught)
