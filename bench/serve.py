@@ -4,7 +4,7 @@ embedding (all-MiniLM-L6-v2) and with client-sent embeddings. Loopback only; bou
 
 The server runs in its own process (`--in-process`: on a thread of this one, sharing the
 clients' interpreter lock); the clients send request bodies encoded before the clock starts,
-the concurrent ones as asyncio tasks. Besides requests/s and latency, the server's own CPU
+over kept-alive HTTP/1.1 connections (asyncio streams), the concurrent ones as asyncio tasks. Besides requests/s and latency, the server's own CPU
 time per request (from /proc; with `--in-process` this whole process's), which other load on
 the machine changes less than wall time.
 
@@ -48,43 +48,67 @@ def bodies(n: int, docs: int, *, dim: int = 0, seed: int = 0) -> list:
   return out
 
 
-def timed(url: str, body: bytes, client: httpx.Client) -> float:
-  t0 = time.perf_counter()
-  r = client.post(url + "/v2/rerank", content=body, headers={"content-type": "application/json"})
-  r.raise_for_status()
-  return time.perf_counter() - t0
+async def _connect(url: str):
+  host, port = url.rsplit("/", 1)[1].rsplit(":", 1)
+  return await asyncio.open_connection(host, int(port))
+
+
+async def _post(conn, body: bytes) -> None:
+  """One `POST /v2/rerank` on a kept-alive HTTP/1.1 connection; raises unless it is a 200.
+  A few lines of asyncio streams instead of httpx, whose client spent more CPU per request
+  than the batched server it measured on these 2 cores."""
+  reader, writer = conn
+  writer.write(b"POST /v2/rerank HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+  head = await reader.readuntil(b"\r\n\r\n")
+  status = int(head.split(b" ", 2)[1])
+  length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:"))
+  answer = await reader.readexactly(length)
+  if status != 200:
+    raise RuntimeError(f"HTTP {status}: {answer[:300]!r}")
 
 
 def one_at_a_time(url: str, reqs: list) -> tuple:
-  with httpx.Client(timeout=120) as client:
+  """One client sending `reqs` one after another on one connection."""
+  async def run():
+    conn = await _connect(url)
+    lat = []
     t0 = time.perf_counter()
-    lat = [timed(url, b, client) for b in reqs]
-    return time.perf_counter() - t0, lat
+    for body in reqs:
+      t = time.perf_counter()
+      await _post(conn, body)
+      lat.append(time.perf_counter() - t)
+    wall = time.perf_counter() - t0
+    conn[1].close()
+    return wall, lat
+
+  return asyncio.run(asyncio.wait_for(run(), 900))
 
 
 def concurrent_clients(url: str, reqs: list, clients: int) -> tuple:
-  """`clients` concurrent clients (asyncio tasks on one connection pool: 32 client threads
-  spent more CPU than the server they measured) sending `reqs` between them."""
+  """`clients` concurrent clients (asyncio tasks, a connection each) sending `reqs` between
+  them."""
   async def run():
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-      queue = list(reversed(reqs))
-      lat = []
+    conns = [await _connect(url) for _ in range(clients)]
+    queue = list(reversed(reqs))
+    lat = []
 
-      async def one_client():
-        while queue:
-          body = queue.pop()
-          t0 = time.perf_counter()
-          r = await client.post(url + "/v2/rerank", content=body,
-                                headers={"content-type": "application/json"})
-          r.raise_for_status()
-          lat.append(time.perf_counter() - t0)
+    async def one_client(conn):
+      while queue:
+        body = queue.pop()
+        t = time.perf_counter()
+        await _post(conn, body)
+        lat.append(time.perf_counter() - t)
 
-      t0 = time.perf_counter()
-      await asyncio.wait_for(asyncio.gather(*(one_client() for _ in range(clients))), 900)
-      return time.perf_counter() - t0, lat
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one_client(c) for c in conns))
+    wall = time.perf_counter() - t0
+    for c in conns:
+      c[1].close()
+    return wall, lat
 
-  return asyncio.run(run())
+  return asyncio.run(asyncio.wait_for(run(), 900))
 
 
 def line(name: str, wall: float, lat: list, cpu: float, n: int) -> str:

@@ -124,12 +124,11 @@ class Engine:
 
     Jobs that share a solve (`_key`) go through one `Pipeline.select_many`: a ranking is
     NaiveRAG without a budget, a selection its method's solve."""
-    outs = [None] * len(jobs)
+    outs = self._prepare_all(jobs)
     batches = collections.defaultdict(list)
-    for i, job in enumerate(jobs):
-      outs[i] = self._guard(self._prepare, job)
-      if isinstance(outs[i], _Prepared):
-        batches[self._key(outs[i])].append(i)
+    for i, out in enumerate(outs):
+      if isinstance(out, _Prepared):
+        batches[self._key(out)].append(i)
     for rows in batches.values():
       try:
         results = self._select_many([outs[i] for i in rows])
@@ -161,15 +160,36 @@ class Engine:
     return (job.method or self.method) if job.select else RANKING
 
   # -- one request -----------------------------------------------------------------------------
-  def _prepare(self, job: Job) -> _Prepared:
+  def _prepare_all(self, jobs: Sequence[Job]) -> list:
+    """A `_Prepared` (or the exception it raised) for each job: the texts of the whole batch
+    are counted in one tokenizer call (a call per request cost 0.5 ms of a batched request's
+    1.6 ms in the engine), each job alone when that call fails."""
     counter = self.pipeline.tokenizer
-    if job.max_tokens_per_doc is not None:
-      job = dataclasses.replace(job, texts=tuple(counter.truncate(t, job.max_tokens_per_doc)
-                                                 for t in job.texts))
-    costs = counter.count(job.texts) if job.texts else np.zeros(0, np.int64)
+    jobs = [self._guard(self._truncated, job) for job in jobs]
+    ok = [j for j in jobs if isinstance(j, Job)]
+    try:
+      counts = iter(counter.count([t for j in ok for t in (j.query, *j.texts)]).tolist())
+    except Exception:  # noqa: BLE001 -- a bad text: each job alone, so only its own fails
+      return [j if isinstance(j, Exception) else self._guard(self._prepare, j) for j in jobs]
+    return [j if isinstance(j, Exception) else
+            self._prepared(j, next(counts), [next(counts) for _ in j.texts]) for j in jobs]
+
+  def _truncated(self, job: Job) -> Job:
+    if job.max_tokens_per_doc is None:
+      return job
+    counter = self.pipeline.tokenizer
+    return dataclasses.replace(job, texts=tuple(counter.truncate(t, job.max_tokens_per_doc)
+                                                for t in job.texts))
+
+  def _prepare(self, job: Job) -> _Prepared:
+    counts = self.pipeline.tokenizer.count([job.query, *job.texts]).tolist()
+    return self._prepared(job, counts[0], counts[1:])
+
+  @staticmethod
+  def _prepared(job: Job, query_tokens: int, costs: Sequence[int]) -> _Prepared:
     passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))
                 for i, (t, c) in enumerate(zip(job.texts, costs))]
-    return _Prepared(job, passages, int(counter.count_one(job.query)))
+    return _Prepared(job, passages, int(query_tokens))
 
   def _cosines(self, p: _Prepared) -> np.ndarray:
     """`[N]` cosine of the query and each document (the caller's embeddings, else the

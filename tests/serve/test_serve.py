@@ -351,3 +351,20 @@ def test_command_with_minilm_runs_the_docs_examples(tmp_path):
   log = proc.stdout.read().decode(errors="replace")
   # uvicorn shuts down gracefully, then re-raises the signal it caught (exit by SIGTERM).
   assert rc in (0, -signal.SIGTERM) and "Application shutdown complete" in log, log[-3000:]
+
+
+def test_a_batch_counts_its_texts_together_and_a_bad_job_fails_alone(pipe):
+  """The engine counts a batch's texts in one tokenizer call; a job whose text the counter
+  refuses (a lone surrogate) gets its own error while the others get their lone answers."""
+  from jaxsel.serve.engine import Engine, Job
+  eng = Engine(pipe, max_batch=8)
+  jobs = [Job(w, tuple(DOCS), select=True, budget=BUDGET) for w in WORDS[:3]]
+  bad = Job("cats", ("fine text.", "broken \ud800 text."), select=True, budget=BUDGET)
+  outs = eng.run([jobs[0], bad, jobs[1], jobs[2]])
+  assert isinstance(outs[1], ValueError) and "texts" in str(outs[1])
+  for job, out in zip(jobs, [outs[0], outs[2], outs[3]]):
+    alone = eng.run([job])[0]
+    assert [(p.index, p.cost, p.gain) for p in out.picks] == \
+        [(p.index, p.cost, p.gain) for p in alone.picks]
+    assert out.total_tokens == alone.total_tokens == pipe.tokenizer.count(
+        [job.query, *job.texts]).sum()
