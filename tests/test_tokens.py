@@ -148,3 +148,54 @@ def test_words_follow_the_pre_tokenisation(minilm, byte_bpe):
   # A tiktoken encoding takes the rule's words, each costed in full.
   words = text.split_text(JAPANESE, unit="word", tokenizer=byte_bpe)
   assert len(words) > 30 and all(w.tokens == len(byte_bpe.encode_ordinary(w.text)) for w in words)
+
+
+def test_counts_are_cached_per_tokenizer_and_equal_fresh_counts(minilm, byte_bpe):
+  """A counter keeps the counts it made; `token_counter` hands back the counter of a tokenizer
+  it saw recently; cached counts equal fresh ones, the same text twice in one call included."""
+  texts = TEXTS + TEXTS[:3]
+  for tok in (minilm, byte_bpe, None):
+    counter = jaxsel.token_counter(tok)
+    assert jaxsel.token_counter(tok) is counter
+    first = counter.count(texts)
+    calls = []
+    fn = counter.count_fn
+    object.__setattr__(counter, "count_fn", lambda ts: calls.append(list(ts)) or fn(ts))
+    try:
+      assert counter.count(texts[::-1]).tolist() == first[::-1].tolist()
+      assert calls == []  # every text looked up
+      assert counter.count(texts + ["a new text"])[-1] == fn(["a new text"])[0]
+      assert calls == [["a new text"]]  # only the new one counted
+      counter.clear_cache()
+      assert counter.count(texts).tolist() == first.tolist() == list(fn(texts))
+    finally:
+      object.__setattr__(counter, "count_fn", fn)
+
+
+def test_the_count_cache_drops_the_least_recently_used_past_its_size():
+  cache = tokens._CountCache(max_chars=10)
+  count = lambda ts: np.array([len(t) for t in ts])  # noqa: E731
+  cache.count(["aaaa", "bbbb"], count)
+  cache.count(["aaaa"], count)  # "aaaa" used last: "bbbb" goes first
+  cache.count(["cccc"], count)
+  assert list(cache._counts) == ["aaaa", "cccc"] and cache._chars == 8
+  assert cache.count(["x" * 50], count).tolist() == [50] and "x" * 50 not in cache._counts
+
+
+def test_a_tokenizer_that_grew_gets_a_fresh_counter(tmp_path):
+  """`add_tokens` changes what a text costs: the next `token_counter` counts anew."""
+  tok = transformers.AutoTokenizer.from_pretrained(str(default_encoder_path()))
+  word = "zzyzxquoroth"
+  before = jaxsel.token_counter(tok)
+  n = before.count_one(word)
+  tok.add_tokens([word])
+  after = jaxsel.token_counter(tok)
+  assert after is not before and n > 1 and after.count_one(word) == 1
+
+
+def test_a_callable_is_counted_every_time():
+  calls = []
+  counter = jaxsel.token_counter(lambda ts: calls.append(1) or [len(t) for t in ts])
+  counter.count(["abc"])
+  counter.count(["abc"])
+  assert len(calls) == 2

@@ -22,15 +22,23 @@ character run of "a" costs 5000, not 1. A slow tokenizer gives no offsets: a tex
 [UNK] costs at least its number of characters. Counts are of the text alone: no special tokens
 ([CLS], BOS) and no chat template (generators count those themselves).
 
+Counts are cached: a counter built from a tokenizer or by the rule keeps the counts of the
+texts it has seen (least recently used dropped past `COUNT_CACHE_CHARS` characters of text), and
+`token_counter` hands back the same counter for a tokenizer it saw recently, so the same
+passages, counted again by the next request, cost a dictionary look-up. A callable is never
+cached (it may count differently from call to call).
+
 Shape legend: N texts.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import pathlib
 import re
+import threading
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -41,6 +49,53 @@ CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\
 # The rule when no tokenizer is given: a CJK character, a word, or a symbol is one token.
 RULE_TOKEN = re.compile(rf"[{CJK}]|[^\W{CJK}]+|[^\w\s]")
 TIKTOKEN_PREFIX = "tiktoken:"
+# Characters of text whose counts a counter keeps (~8 M: the texts of thousands of requests,
+# some tens of MB with the dictionary's own cost).
+COUNT_CACHE_CHARS = 1 << 23
+
+
+class _CountCache:
+  """Token counts of texts already counted, least recently used dropped once the texts held
+  exceed `max_chars` characters. Safe to share between threads (the server counts from many)."""
+
+  def __init__(self, max_chars: int):
+    self.max_chars = max_chars
+    self._counts = collections.OrderedDict()
+    self._chars = 0
+    self._lock = threading.Lock()
+
+  def count(self, texts: list, count_new: Callable[[list], np.ndarray]) -> np.ndarray:
+    """`[N]` counts of `texts`: known ones looked up, the others counted by `count_new`
+    (each distinct text once) and kept."""
+    out = np.empty(len(texts), np.int64)
+    missing = {}
+    with self._lock:
+      for i, t in enumerate(texts):
+        c = self._counts.get(t)
+        if c is None:
+          missing.setdefault(t, []).append(i)
+        else:
+          self._counts.move_to_end(t)
+          out[i] = c
+    if not missing:
+      return out
+    new = list(missing)
+    counts = count_new(new)
+    with self._lock:
+      for t, c in zip(new, counts):
+        out[missing[t]] = c
+        if len(t) <= self.max_chars and t not in self._counts:
+          self._counts[t] = int(c)
+          self._chars += len(t)
+      while self._chars > self.max_chars:
+        t, _ = self._counts.popitem(last=False)
+        self._chars -= len(t)
+    return out
+
+  def clear(self) -> None:
+    with self._lock:
+      self._counts.clear()
+      self._chars = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,20 +111,37 @@ class TokenCounter:
     words_fn: `text -> [(start, end), ...]`, the tokenizer's words (its pre-tokenisation),
       or None: the rule's words (a word, a number, a symbol or a CJK character).
     tokenizer: the tokenizer object behind it (None for the rule and callables).
+    cache_chars: characters of text whose counts are kept (0: none; see the module docstring).
   """
   name: str
   count_fn: Callable[[list], Sequence[int]]
   spans_fn: Optional[Callable[[list], list]] = None
   words_fn: Optional[Callable[[str], list]] = None
   tokenizer: object = None
+  cache_chars: int = 0
+  _cache: Optional[_CountCache] = dataclasses.field(init=False, repr=False, compare=False,
+                                                    default=None)
+
+  def __post_init__(self):
+    if self.cache_chars:
+      object.__setattr__(self, "_cache", _CountCache(self.cache_chars))
 
   def count(self, texts: Sequence[str]) -> np.ndarray:
     """`[N]` int64 token counts of `texts` (each checked to be a str of valid Unicode)."""
     texts = checks.check_texts(texts, "texts")
     if not texts:
       return np.zeros((0,), np.int64)
-    counts = self.count_fn(list(texts))
-    return _check_counts(counts, len(texts), self.name)
+    if self._cache is None:
+      return self._count_new(list(texts))
+    return self._cache.count(list(texts), self._count_new)
+
+  def _count_new(self, texts: list) -> np.ndarray:
+    return _check_counts(self.count_fn(texts), len(texts), self.name)
+
+  def clear_cache(self) -> None:
+    """Forgets the counts kept (after changing the tokenizer in place, e.g. `add_tokens`)."""
+    if self._cache is not None:
+      self._cache.clear()
 
   def count_one(self, text: str) -> int:
     return int(self.count([text])[0])
@@ -138,7 +210,8 @@ def _rule_counter() -> TokenCounter:
   return TokenCounter(
       name="rule (a word, number, symbol or CJK character each one token)",
       count_fn=lambda texts: [len(RULE_TOKEN.findall(t)) for t in texts],
-      spans_fn=lambda texts: [[m.span() for m in RULE_TOKEN.finditer(t)] for t in texts])
+      spans_fn=lambda texts: [[m.span() for m in RULE_TOKEN.finditer(t)] for t in texts],
+      cache_chars=COUNT_CACHE_CHARS)
 
 
 # ----------------------------------------------------------------------------- Hugging Face
@@ -166,7 +239,7 @@ def _slow_counter(tok) -> TokenCounter:
             for t, i in zip(texts, ids)]
 
   return TokenCounter(name=f"Hugging Face tokenizer {_hf_name(tok)} (slow)", count_fn=count,
-                      tokenizer=tok)
+                      tokenizer=tok, cache_chars=COUNT_CACHE_CHARS)
 
 
 def _hf_counter(tok) -> TokenCounter:
@@ -215,7 +288,8 @@ def _hf_counter(tok) -> TokenCounter:
   backend = getattr(tok, "backend_tokenizer", None)
   has_words = backend is not None and backend.pre_tokenizer is not None
   return TokenCounter(name=f"Hugging Face tokenizer {_hf_name(tok)}", count_fn=count,
-                      spans_fn=spans, words_fn=words if has_words else None, tokenizer=tok)
+                      spans_fn=spans, words_fn=words if has_words else None, tokenizer=tok,
+                      cache_chars=COUNT_CACHE_CHARS)
 
 
 def _strip(text: str, a: int, b: int) -> tuple:
@@ -248,7 +322,7 @@ def _tiktoken_counter(enc) -> TokenCounter:
 
   return TokenCounter(name=f"tiktoken encoding {getattr(enc, 'name', '?')!r}",
                       count_fn=lambda texts: [len(i) for i in enc.encode_ordinary_batch(texts)],
-                      spans_fn=spans, tokenizer=enc)
+                      spans_fn=spans, tokenizer=enc, cache_chars=COUNT_CACHE_CHARS)
 
 
 def _load_tiktoken(name: str):
@@ -339,18 +413,41 @@ def text_counter(fn: Callable) -> TokenCounter:
 # ----------------------------------------------------------------------------- the entry point
 
 
+_RULE = _rule_counter()
+_RECENT = collections.OrderedDict()  # id(tokenizer) -> (tokenizer, size, counter), newest last
+_RECENT_MAX = 8
+_RECENT_LOCK = threading.Lock()
+
+
+def _recent_counter(tok, build: Callable) -> TokenCounter:
+  """`build(tok)`, or the counter built for `tok` among the last `_RECENT_MAX` tokenizers (the
+  tokenizer is held, so its id is not reused; one that grew (`add_tokens`) gets a new counter)."""
+  size = len(tok) if callable(getattr(tok, "__len__", None)) else getattr(tok, "n_vocab", None)
+  with _RECENT_LOCK:
+    hit = _RECENT.get(id(tok))
+    if hit is not None and hit[0] is tok and hit[1] == size:
+      _RECENT.move_to_end(id(tok))
+      return hit[2]
+  counter = build(tok)
+  with _RECENT_LOCK:
+    _RECENT[id(tok)] = (tok, size, counter)
+    while len(_RECENT) > _RECENT_MAX:
+      _RECENT.popitem(last=False)
+  return counter
+
+
 def token_counter(tokenizer=None) -> TokenCounter:
   """The `TokenCounter` of `tokenizer` (see the module docstring for what it may be)."""
   if isinstance(tokenizer, TokenCounter):
     return tokenizer
   if tokenizer is None:
-    return _rule_counter()
+    return _RULE
   if isinstance(tokenizer, (str, os.PathLike)):
     tokenizer = load_tokenizer(tokenizer)
   if is_hf_tokenizer(tokenizer):
-    return _hf_counter(tokenizer)
+    return _recent_counter(tokenizer, _hf_counter)
   if _is_tiktoken(tokenizer):
-    return _tiktoken_counter(tokenizer)
+    return _recent_counter(tokenizer, _tiktoken_counter)
   inner = getattr(tokenizer, "tokenizer", None)
   if inner is not None and inner is not tokenizer:
     return token_counter(inner)
