@@ -93,6 +93,12 @@ def test_a_heading_goes_with_the_sentence_after_it():
   p = jaxsel.Passage(text, 0, len(text), title="Alpha")
   sents, _, _ = granularity.sentences([p], jaxsel.token_counter(None))
   assert [s.text for s in sents] == ["# Alpha\n\nAlpha is a town.", "It has a river."]
+  # A heading line is one piece, whatever sentence ends it holds; a heading at the end stays.
+  text = "## Manchester United F.C. season\n\nThe season was their fourth. They won.\n\n## End"
+  p = jaxsel.Passage(text, 0, len(text), title="Manchester United F.C. season")
+  sents, _, _ = granularity.sentences([p], jaxsel.token_counter(None))
+  assert [s.text for s in sents] == [
+      "## Manchester United F.C. season\n\nThe season was their fourth.", "They won.", "## End"]
 
 
 def test_passage_granularity_is_todays_selection(pipe):
@@ -157,3 +163,17 @@ def test_an_index_is_cut_into_sentences_too(pipe):
   for p in res.passages:
     assert DOCS[p.doc][p.start:p.end] == p.text
   assert disjoint(res.passages)
+
+
+@pytest.mark.parametrize("granularity", ["passage", "sentence"])
+def test_the_readme_example_finds_the_answer(pipe, granularity):
+  """Issue 36.2: the README's example (the whole bundled document, `Pipeline(enc)`, 256 tokens)
+  reaches the paragraph that holds the answer (Shirley Temple, Chief of Protocol) beside the
+  film that names her, at both granularities; NaiveRAG misses the answer at 256."""
+  question = ("What government position was held by the woman who portrayed Corliss Archer "
+              "in the film Kiss and Tell?")
+  res = pipe.select(question, [DOC], budget=256, granularity=granularity)
+  assert res.method == "corag" and res.cost <= 256
+  assert "Chief of Protocol" in res.context() and "Kiss and Tell" in res.context()
+  naive = pipe.replace(method="naive").select(question, [DOC], budget=256, granularity=granularity)
+  assert "Chief of Protocol" not in naive.context()

@@ -84,14 +84,22 @@ def sentences(passages: list, counter: TokenCounter) -> tuple:
 
 def _headed(text: str, spans: list) -> list:
   """`spans` with each Markdown heading line joined to the sentence after it (a heading alone
-  says nothing; with its first sentence it is what the passage is about)."""
-  out, start = [], None
+  says nothing; with its first sentence it is what the passage is about). A heading line is
+  one piece however many sentence ends it holds ("## Manchester United F.C. season"); headings
+  with no sentence after them stay as they are."""
+  out, start, line_end = [], None, -1
   for a, b in spans:
-    if _HEADING.match(text, a) and (a, b) != spans[-1]:
+    if start is not None and a < line_end:  # the rest of a heading line
+      continue
+    if _HEADING.match(text, a):
       start = a if start is None else start
+      nl = text.find("\n", a)
+      line_end = len(text) if nl < 0 else nl
       continue
     out.append((a if start is None else start, b))
     start = None
+  if start is not None:
+    out.append((start, spans[-1][1]))
   return out
 
 

@@ -422,23 +422,45 @@ class Pipeline:
         out, n=len(passages), k=k, min_gain=min_gain if cfg.method in methods.BASELINES else None,
         pinned=0 if r.constraints is None else len(r.constraints[0]))
     rel = out.relevance[:len(r.queries), :len(passages)] if r.queries else None
-    if r.candidates.parents is not None and cfg.method == "corag" and cfg.top_up:
-      order, gains, curve = granularity_lib.fill(
-          order, gains, curve, costs=r.candidates.costs, relevance=rel.max(axis=0),
-          parents=r.candidates.parents, budget=r.budget, k=k, constraints=r.constraints)
-    picked = [passages[i] for i in order]
-    result = SelectionResult(
-        method=cfg.method, queries=r.queries, passages=picked, indices=order,
-        scores=None if rel is None else rel.max(axis=0)[order],
-        gains=gains.astype(np.float32), curve=curve.astype(np.float32),
-        cost=int(sum(p.tokens for p in picked)),
-        budget=float(r.budget) if np.isfinite(r.budget) else None, candidates=passages,
-        candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit,
-        **_certificate(out, cfg.method))
-    if r.candidates.parents is None:
-      return result
-    return granularity_lib.merge(result, r.candidates.parents, r.candidates.units, self.tokenizer,
-                                 r.budget, own_costs=r.candidates.sent is None)
+
+    def build(order, gains, curve, budget=r.budget):
+      picked = [passages[i] for i in order]
+      result = SelectionResult(
+          method=cfg.method, queries=r.queries, passages=picked, indices=order,
+          scores=None if rel is None else rel.max(axis=0)[order],
+          gains=gains.astype(np.float32), curve=curve.astype(np.float32),
+          cost=int(sum(p.tokens for p in picked)),
+          budget=float(r.budget) if np.isfinite(r.budget) else None, candidates=passages,
+          candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit,
+          **_certificate(out, cfg.method))
+      if r.candidates.parents is None:
+        return result
+      return granularity_lib.merge(result, r.candidates.parents, r.candidates.units,
+                                   self.tokenizer, budget, own_costs=r.candidates.sent is None)
+
+    if r.candidates.parents is None or cfg.method != "corag" or not cfg.top_up:
+      return build(order, gains, curve)
+    return self._filled(r, build, (order, gains, curve), rel.max(axis=0), k)
+
+  def _filled(self, r: _Request, build, searched: tuple, relevance, k) -> SelectionResult:
+    """CORAG's top-up at sentence granularity (`granularity.fill`), then the picks merged
+    into the units sent. Sentences of one passage sent together cost less than apart (one
+    prefix, one number), so the fill runs again with what the merge saved, while the context
+    as sent stays within the budget and grows (at most 3 rounds; a round over the budget is
+    not taken, and the first round is trimmed as any selection is)."""
+    costs, best, best_cost, spare = r.candidates.costs, None, -1, 0.0
+    for _ in range(3):
+      fill = granularity_lib.fill(
+          *searched, costs=costs, relevance=relevance, parents=r.candidates.parents,
+          budget=r.budget + spare, k=k, constraints=r.constraints)
+      result = build(*fill, budget=None)  # untrimmed: the whole fill, or nothing of it
+      sent = result.cost if r.candidates.sent is None else (
+          int(self.tokenizer.count([result.context()])[0]) if len(result.passages) else 0)
+      if sent > r.budget or sent <= best_cost:
+        break
+      best, best_cost = result, sent
+      spare = float(np.sum(costs[fill[0]])) - sent
+    return best if best is not None else build(*fill)
 
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
