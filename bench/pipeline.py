@@ -142,13 +142,13 @@ def main(argv=None) -> int:
   load.append(os.getloadavg()[0])
   fresh = " | `select` median ms, counts not cached" if args.fresh_counts else ""
   print(f"| method ({len(reqs)} requests, {CANDIDATES} paragraphs, {BUDGET} tokens) "
-        f"| granularity | `select` median ms (p90){fresh} | `select` x N, s "
+        f"| granularity | `select` median ms (p90){fresh} "
         "| `select_many`, s (ms per request) | throughput ratio | same picks |")
-  print(f"|---|---|---:{'|---:' if fresh else ''}|---:|---:|---:|---|")
+  print(f"|---|---|---:{'|---:' if fresh else ''}|---:|---:|---|")
   for label, granularity, r in rows:
     cell = f" | {r['fresh_ms']:.1f}" if fresh else ""
     print(f"| {label} | {granularity} | {r['median_ms']:.1f} ({r['p90_ms']:.1f}){cell} "
-          f"| {r['total_s']:.2f} | {r['many_s']:.3f} ({r['many_ms_per']:.1f}) "
+          f"| {r['many_s']:.3f} ({r['many_ms_per']:.1f}) "
           f"| {r['ratio']:.1f}x | {r['same']} |")
   print(f"\nload average (1 min) {load[0]:.1f} at the start, {load[1]:.1f} at the end, on "
         f"{os.cpu_count()} cores")
