@@ -1,7 +1,7 @@
 """Per-query latency of `Pipeline.select` and the throughput of `Pipeline.select_many`.
 
     .venv/bin/python bench/pipeline.py [--requests 64] [--repeats 3] [--methods default,corag,...]
-        [--granularity passage,sentence] [--fresh-counts]
+        [--granularity passage,sentence] [--documents] [--fresh-counts]
 
 Requests: the first `--requests` MuSiQue training questions (/work/shared/data/train/musique),
 each with its 20 paragraphs as `jaxsel.Passage`s (`"title: paragraph"`, `Passage.title` set,
@@ -24,8 +24,9 @@ Methods: the default (`Pipeline(enc)`: CORAG with the learned scorer for a quest
 children scored in one batched call, then the relevance top-up), the scorer's cost without the
 search. Each at every `--granularity` (`"sentence"`: the 20 paragraphs cut into ~100 sentence
 candidates). `--documents` gives the paragraphs as plain strings (the Pipeline splits each
-into passages and counts them, as for `select(question, [document, ...])`). `--fresh-counts` adds, per row, the `select` median with the token-count cache
-emptied before each call (what a request with texts never seen before pays for counting).
+into passages and counts them, as for `select(question, [document, ...])`). `--fresh-counts`
+adds, per row, the `select` median with the token-count cache emptied before each call (what
+a request with texts never seen before pays for counting).
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def test_the_count_cache_drops_the_least_recently_used_past_its_size():
   assert cache.count(["x" * 50], count).tolist() == [50] and "x" * 50 not in cache._counts
 
 
-def test_a_tokenizer_that_grew_gets_a_fresh_counter(tmp_path):
+def test_a_tokenizer_that_grew_gets_a_fresh_counter():
   """`add_tokens` changes what a text costs: the next `token_counter` counts anew."""
   tok = transformers.AutoTokenizer.from_pretrained(str(default_encoder_path()))
   word = "zzyzxquoroth"

@@ -57,12 +57,17 @@ def keep(result, m: int):
                              curve=result.curve[:m])
 
 
+def sent_cost(result, counter: TokenCounter) -> int:
+  """`counter`'s count of `result.context()`, the context as sent (0 for no picks)."""
+  return int(counter.count([result.context()])[0]) if len(result.passages) else 0
+
+
 def fit(result, counter: TokenCounter, budget: Optional[float]):
   """`result` with `cost` = `counter`'s count of `result.context()`; while that is over
   `budget`, its last pick is dropped and the context counted again (the longest prefix of the
   picks that fits; one count when the costs' bound holds, as it does for the tokenizers tested)."""
   while True:
-    n = int(counter.count([result.context()])[0]) if len(result.passages) else 0
+    n = sent_cost(result, counter)
     if budget is None or n <= budget or not len(result.passages):
       return dataclasses.replace(result, cost=n)
     result = keep(result, len(result.passages) - 1)
@@ -98,6 +103,6 @@ def fit_prompt(selection, generator, counter: TokenCounter, *, template: str, or
   prompt = selection.prompt(template, order=order)
   while limit is not None and len(selection.passages) and prompt_tokens(generator, prompt) > limit:
     selection = keep(selection, len(selection.passages) - 1)
-    selection = dataclasses.replace(selection, cost=int(counter.count([selection.context()])[0]))
+    selection = dataclasses.replace(selection, cost=sent_cost(selection, counter))
     prompt = selection.prompt(template, order=order)
   return selection, prompt

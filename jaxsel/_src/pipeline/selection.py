@@ -454,8 +454,8 @@ class Pipeline:
           *searched, costs=costs, relevance=relevance, parents=r.candidates.parents,
           budget=r.budget + spare, k=k, constraints=r.constraints)
       result = build(*fill, budget=None)  # untrimmed: the whole fill, or nothing of it
-      sent = result.cost if r.candidates.sent is None else (
-          int(self.tokenizer.count([result.context()])[0]) if len(result.passages) else 0)
+      sent = (result.cost if r.candidates.sent is None
+              else reader_lib.sent_cost(result, self.tokenizer))
       if sent > r.budget or sent <= best_cost:
         break
       best, best_cost = result, sent
