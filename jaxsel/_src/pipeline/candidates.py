@@ -205,6 +205,21 @@ def batch_request(r: int, request, split, *, method: str) -> tuple:
   return q, ps, None if ps is docs else docs
 
 
+def repeats(passages: list, constraints: Optional[tuple] = None) -> Optional[np.ndarray]:
+  """`[N]` bool: the candidates whose text as sent (`Passage.sent_text`) a pinned or an
+  earlier candidate already has (the same chunk from two retrievers, a document given twice),
+  or None when there are none. A pinned candidate is never a repeat. CORAG searches and tops
+  up each text once: a second copy tells the reader nothing."""
+  pinned = [] if constraints is None else [int(i) for i in constraints[0]]
+  first = {}
+  for i in [*pinned, *range(len(passages))]:
+    first.setdefault(passages[i].sent_text, i)
+  keep = set(pinned)
+  out = np.asarray([first[p.sent_text] != i and i not in keep for i, p in enumerate(passages)],
+                   bool)
+  return out if out.any() else None
+
+
 def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: float, k,
                 index: bool = False, name: str = "") -> Optional[tuple]:
   """A request's constraints as `(pinned [P], cap_groups [N], cap)` (`solve.pad_batch`), or

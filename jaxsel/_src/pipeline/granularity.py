@@ -168,11 +168,12 @@ def merge(result, parents: np.ndarray, passages: list, counter: TokenCounter,
 
 def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.ndarray,
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
-         constraints: Optional[tuple] = None) -> tuple:
+         constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None) -> tuple:
   """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the other
   sentences of the passages it picked from (passages in pick order, each one's sentences by
   decreasing `relevance` `[N]`), then every other sentence by decreasing relevance, each taken
-  while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`).
+  while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`), and
+  is not to be skipped (`skip` `[N]` bool: `candidates.repeats`).
   The search chose which passages matter; their other sentences are what it could not reach
   in a few iterations over many candidates. -> (order, gains, curve) `[K]`: a filled pick's
   gain is 0 (it was not searched), the curve stays at the searched value."""
@@ -189,7 +190,8 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   searched = list(dict.fromkeys(int(parents[i]) for i in order))
   rest = [i for m in searched for i in by_relevance if parents[i] == m] + by_relevance
   for i in rest:
-    if i in taken or spent + float(costs[i]) > budget or (k is not None and len(order) >= k):
+    if (i in taken or spent + float(costs[i]) > budget or (k is not None and len(order) >= k)
+        or (skip is not None and skip[i])):
       continue
     g = -1 if cap_groups is None else int(cap_groups[i])
     if g >= 0 and used.get(g, 0) >= cap:
@@ -202,3 +204,26 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   last = curve[-1] if len(curve) else 0.0
   return (np.asarray(order, np.int64), np.concatenate([gains, np.zeros(added, gains.dtype)]),
           np.concatenate([curve, np.full(added, last, curve.dtype)]))
+
+
+def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
+           parents: np.ndarray, budget: float, k: Optional[int], constraints: Optional[tuple],
+           skip: Optional[np.ndarray], sent_cost=None):
+  """CORAG's top-up at sentence granularity (`fill` of the `searched` (order, gains, curve)),
+  then the picks merged into the units sent (`build(order, gains, curve, budget=None)`, a
+  `SelectionResult`). Sentences of one passage sent together cost less than apart (one prefix,
+  one number), so the fill runs again with what the merge saved, while the context as sent
+  (`sent_cost(result)`, default `result.cost`) stays within the budget and grows (at most 3
+  rounds; a round over the budget is not taken, and the first round is trimmed as any
+  selection is)."""
+  best, best_cost, spare = None, -1, 0.0
+  for _ in range(3):
+    picks = fill(*searched, costs=costs, relevance=relevance, parents=parents,
+                 budget=budget + spare, k=k, constraints=constraints, skip=skip)
+    result = build(*picks, budget=None)  # untrimmed: the whole fill, or nothing of it
+    sent = result.cost if sent_cost is None else sent_cost(result)
+    if sent > budget or sent <= best_cost:
+      break
+    best, best_cost = result, sent
+    spare = float(np.sum(costs[picks[0]])) - sent
+  return best if best is not None else build(*picks)

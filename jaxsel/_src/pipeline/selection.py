@@ -402,7 +402,8 @@ class Pipeline:
         inputs = solve_lib.pad_batch(
             [(requests[i].query_embeddings, requests[i].candidates.embeddings,
               requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
-              requests[i].constraints) for i in full], n=n_pad, q=q_pad)
+              requests[i].constraints, self._repeats(requests[i])) for i in full],
+            n=n_pad, q=q_pad)
         settings = solve_lib.stack([solve_lib.Settings.of(
             budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
             exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
@@ -411,6 +412,12 @@ class Pipeline:
         for b, i in enumerate(part):
           outs[i] = solve_lib.row(out, b)
     return outs
+
+  def _repeats(self, r: _Request) -> Optional[np.ndarray]:
+    """`candidates.repeats` of a CORAG request (None for the other methods)."""
+    if self.config.method != "corag":
+      return None
+    return cands_lib.repeats(r.candidates.passages, r.constraints)
 
   def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:
     cfg, passages = self.config, r.candidates.passages
@@ -440,27 +447,11 @@ class Pipeline:
 
     if r.candidates.parents is None or cfg.method != "corag" or not cfg.top_up:
       return build(order, gains, curve)
-    return self._filled(r, build, (order, gains, curve), rel.max(axis=0), k)
-
-  def _filled(self, r: _Request, build, searched: tuple, relevance, k) -> SelectionResult:
-    """CORAG's top-up at sentence granularity (`granularity.fill`), then the picks merged
-    into the units sent. Sentences of one passage sent together cost less than apart (one
-    prefix, one number), so the fill runs again with what the merge saved, while the context
-    as sent stays within the budget and grows (at most 3 rounds; a round over the budget is
-    not taken, and the first round is trimmed as any selection is)."""
-    costs, best, best_cost, spare = r.candidates.costs, None, -1, 0.0
-    for _ in range(3):
-      fill = granularity_lib.fill(
-          *searched, costs=costs, relevance=relevance, parents=r.candidates.parents,
-          budget=r.budget + spare, k=k, constraints=r.constraints)
-      result = build(*fill, budget=None)  # untrimmed: the whole fill, or nothing of it
-      sent = (result.cost if r.candidates.sent is None
-              else reader_lib.sent_cost(result, self.tokenizer))
-      if sent > r.budget or sent <= best_cost:
-        break
-      best, best_cost = result, sent
-      spare = float(np.sum(costs[fill[0]])) - sent
-    return best if best is not None else build(*fill)
+    c = r.candidates
+    return granularity_lib.top_up(
+        build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0), parents=c.parents,
+        budget=r.budget, k=k, constraints=r.constraints, skip=self._repeats(r),
+        sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, self.tokenizer))
 
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,

@@ -66,6 +66,9 @@ class Inputs(NamedTuple):
   pinned: Optional[Array] = None  # [N] int32 candidates picked first, in order; -1 after
   cap_groups: Optional[Array] = None  # [N] int32 group id of each candidate in [0, N); -1: none
   caps: Optional[Array] = None  # [N] int32 most picks per group id
+  # [N] bool: a candidate whose text an earlier or pinned one has (`candidates.repeats`); CORAG
+  # searches and tops up without them. None: no request of the batch has one.
+  repeats: Optional[Array] = None
 
 
 class Settings(NamedTuple):
@@ -170,6 +173,11 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
                   sel.bound.astype(jnp.float32), sel.certified.astype(jnp.float32), no, nan, nan)
   # No budget (inf): every candidate fits, and CORAG's cost penalty is relative to them all.
   total = jnp.where(jnp.isfinite(settings.budget), settings.budget, jnp.sum(req.costs))
+  shown = req.relevance  # what the result reports: every candidate's relevance
+  if c.method == "corag" and inputs.repeats is not None:  # each text searched once
+    keep = req.valid & ~inputs.repeats
+    req = req._replace(relevance=jnp.where(keep[None, :], req.relevance, 0),
+                       costs=jnp.where(keep, req.costs, 0), valid=keep)
   rel = methods.best_relevance(req)
   if c.method == "naive":
     sc = methods.scorer(BASELINE_SCORERS["naive"], req, discount=1.0)  # curve: total relevance
@@ -190,10 +198,10 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
                                                   n=req.costs.shape[0])))
   curve, gains = _prefix_values(sc, res.order)
   if res.tree is None:  # a baseline
-    return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite, nan, nan, no,
+    return Output(res.order, gains, curve, res.length, shown, res.nonfinite, nan, nan, no,
                   nan, nan)
   exhausted, searched, estimate = tree_lib.search_estimate(res.tree, settings.exploration)
-  return Output(res.order, gains, curve, res.length, req.relevance, res.nonfinite, nan, nan,
+  return Output(res.order, gains, curve, res.length, shown, res.nonfinite, nan, nan,
                 exhausted, searched, estimate)
 
 
@@ -242,22 +250,27 @@ def _signals(b: int, n: int, lexical: bool) -> methods.TextSignals:
 def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
   """`[B]` requests padded to `n` candidates and `q` queries, host side, written straight into
   the `[B, ...]` arrays. Each request is `(q_emb [Q, D] or None, p_emb [M, D], s_emb [M, D],
-  costs [M], signals[, constraints])`, `signals` a `methods.TextSignals` or None,
-  `constraints` None or `(pinned [P], cap_groups [M] ids in [0, M) or -1, cap int)`; padded
+  costs [M], signals[, constraints[, repeats]])`, `signals` a `methods.TextSignals` or None,
+  `constraints` None or `(pinned [P], cap_groups [M] ids in [0, M) or -1, cap int)`, `repeats`
+  None or `[M]` bool (`candidates.repeats`); padded
   candidates are invalid and each its own group (and in no capped group). The batch carries
   text signals only when one of its requests has them (zeros for the others), and the lexical
   ones only when one has those."""
   b, d = len(requests), requests[0][1].shape[1]
   given = [r[4] for r in requests if r[4] is not None]
+  repeated = any(len(r) > 6 and r[6] is not None for r in requests)
   sig = _signals(b, n, any(g.overlap is not None for g in given)) if given else None
   out = Inputs(query=np.zeros((b, q, d), np.float32), query_valid=np.zeros((b, q), bool),
                passages=np.zeros((b, n, d), np.float32), symmetric=np.zeros((b, n, d), np.float32),
                costs=np.zeros((b, n), np.float32), valid=np.zeros((b, n), bool), signals=sig,
                pinned=np.full((b, n), NO_ITEM, np.int32),
                cap_groups=np.full((b, n), NO_ITEM, np.int32),
-               caps=np.full((b, n), cons_lib.UNCAPPED, np.int32))
+               caps=np.full((b, n), cons_lib.UNCAPPED, np.int32),
+               repeats=np.zeros((b, n), bool) if repeated else None)
   for i, (q_emb, p_emb, s_emb, costs, signals, *rest) in enumerate(requests):
     m = p_emb.shape[0]
+    if len(rest) > 1 and rest[1] is not None:
+      out.repeats[i, :m] = rest[1]
     if rest and rest[0] is not None:
       pinned, cap_groups, cap = rest[0]
       out.pinned[i, :len(pinned)] = pinned
