@@ -177,3 +177,24 @@ def test_the_readme_example_finds_the_answer(pipe, granularity):
   assert "Chief of Protocol" in res.context() and "Kiss and Tell" in res.context()
   naive = pipe.replace(method="naive").select(question, [DOC], budget=256, granularity=granularity)
   assert "Chief of Protocol" not in naive.context()
+
+
+def test_the_fill_sends_the_lead_sentences_of_the_searched_passages_first():
+  """`granularity.fill`: after the searched picks, the first sentence of each passage they came
+  from, then those passages' other sentences by relevance, then any sentence by relevance;
+  what does not fit the budget, or is a repeat, is passed over."""
+  parents = np.asarray([0, 0, 0, 1, 1, 1, 2], np.int32)
+  relevance = np.asarray([0.1, 0.5, 0.9, 0.2, 0.8, 0.3, 0.95], np.float32)
+  costs = np.full(7, 10.0, np.float32)
+  searched = (np.asarray([2, 4]), np.asarray([1.0, 0.5]), np.asarray([1.0, 1.5]))
+
+  def fill(budget, skip=None):
+    order, gains, curve = granularity.fill(*searched, costs=costs, relevance=relevance,
+                                           parents=parents, budget=budget, skip=skip)
+    assert gains[2:].tolist() == [0.0] * (len(order) - 2) and curve[-1] == 1.5
+    return order.tolist()
+
+  assert fill(40) == [2, 4, 0, 3]  # the leads of passages 0 and 1, not passage 2's 0.95
+  assert fill(50) == [2, 4, 0, 3, 1]  # then passage 0's other sentence
+  assert fill(70) == [2, 4, 0, 3, 1, 5, 6]
+  assert fill(40, skip=np.asarray([1, 0, 0, 0, 0, 0, 0], bool)) == [2, 4, 3, 1]

@@ -169,13 +169,16 @@ def merge(result, parents: np.ndarray, passages: list, counter: TokenCounter,
 def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.ndarray,
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
          constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None) -> tuple:
-  """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the other
-  sentences of the passages it picked from (passages in pick order, each one's sentences by
-  decreasing `relevance` `[N]`), then every other sentence by decreasing relevance, each taken
+  """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the lead
+  (first) sentence of each passage it picked from, then their other sentences (passages in pick
+  order, each one's sentences by decreasing `relevance` `[N]`), then every other sentence by
+  decreasing relevance, each taken
   while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`), and
   is not to be skipped (`skip` `[N]` bool: `candidates.repeats`).
   The search chose which passages matter; their other sentences are what it could not reach
-  in a few iterations over many candidates. -> (order, gains, curve) `[K]`: a filled pick's
+  in a few iterations over many candidates, and a lead sentence says what its passage is
+  about (a 2WikiMultihopQA fact is mostly one, of each of 2-4 passages; a HotpotQA fact, the
+  rest of two passages). -> (order, gains, curve) `[K]`: a filled pick's
   gain is 0 (it was not searched), the curve stays at the searched value."""
   searched_picks = len(order)
   order = [int(i) for i in order]
@@ -188,7 +191,11 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
       used[int(cap_groups[i])] = used.get(int(cap_groups[i]), 0) + 1
   by_relevance = sorted(range(len(costs)), key=lambda i: (-float(relevance[i]), i))
   searched = list(dict.fromkeys(int(parents[i]) for i in order))
-  rest = [i for m in searched for i in by_relevance if parents[i] == m] + by_relevance
+  lead = {}
+  for i, m in enumerate(parents):
+    lead.setdefault(int(m), i)
+  rest = ([lead[m] for m in searched] + [i for m in searched for i in by_relevance if parents[i] == m]
+          + by_relevance)
   for i in rest:
     if (i in taken or spent + float(costs[i]) > budget or (k is not None and len(order) >= k)
         or (skip is not None and skip[i])):
