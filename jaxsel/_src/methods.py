@@ -25,7 +25,6 @@ from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src.bridge import BridgeSignals, bridge_signals

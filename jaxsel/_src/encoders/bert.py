@@ -14,13 +14,9 @@ softmax are always computed in float32.
 
 from __future__ import annotations
 
-import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 from flax import nnx
 
 from jaxsel._src.encoders import attention_kernel

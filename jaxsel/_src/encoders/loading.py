@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping
 
 import huggingface_hub
 import numpy as np

@@ -30,9 +30,8 @@ import numpy as np
 
 from jaxsel._src import checks, methods
 from jaxsel._src import text as text_lib
-from jaxsel._src.base import Configurator, Encoder
-from jaxsel._src.generation import (DEFAULT_MAX_NEW_TOKENS, Generator, default_generator,
-                                    generator_counter)
+from jaxsel._src.base import Configurator, Encoder, Generator
+from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, default_generator, generator_counter
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.methods import default_method
 from jaxsel._src.numerics import ELEMENTWISE_NONNEG

@@ -11,7 +11,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from jaxsel._src import checks, pytree
 from jaxsel._src.scorers.base import Composable, safe_order
