@@ -29,11 +29,11 @@ def texts(res):
 def test_a_repeated_text_is_sent_once_and_changes_nothing(pipe, granularity):
   once = pipe.select(Q, PARAS, budget=384, granularity=granularity)
   # the copies after their originals (sentence), or before them (passage)
-  for docs in [PARAS + PARAS[:6] if granularity == "sentence" else PARAS[:6] + PARAS]:
-    twice = pipe.select(Q, docs, budget=384, granularity=granularity)
-    assert twice.method == "corag" and texts(twice) == texts(once)
-    assert len(set(texts(twice))) == len(texts(twice))
-    assert twice.candidate_scores.shape[1] == len(twice.candidates)  # every candidate scored
+  docs = PARAS + PARAS[:6] if granularity == "sentence" else PARAS[:6] + PARAS
+  twice = pipe.select(Q, docs, budget=384, granularity=granularity)
+  assert twice.method == "corag" and texts(twice) == texts(once)
+  assert len(set(texts(twice))) == len(texts(twice))
+  assert twice.candidate_scores.shape[1] == len(twice.candidates)  # every candidate scored
   naive = pipe.replace(method="naive").select(Q, PARAS + PARAS[:6], budget=384,
                                               granularity=granularity)
   assert len(set(texts(naive))) < len(texts(naive))  # the input does repeat its best texts

@@ -14,7 +14,6 @@ softmax are always computed in float32.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 from flax import nnx

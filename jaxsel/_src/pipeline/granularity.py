@@ -172,13 +172,12 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the lead
   (first) sentence of each passage it picked from, then their other sentences (passages in pick
   order, each one's sentences by decreasing `relevance` `[N]`), then every other sentence by
-  decreasing relevance, each taken
-  while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`), and
-  is not to be skipped (`skip` `[N]` bool: `candidates.repeats`).
-  The search chose which passages matter; their other sentences are what it could not reach
-  in a few iterations over many candidates, and a lead sentence says what its passage is
-  about (a 2WikiMultihopQA fact is mostly one, of each of 2-4 passages; a HotpotQA fact, the
-  rest of two passages). -> (order, gains, curve) `[K]`: a filled pick's
+  decreasing relevance, each taken while it fits the budget (its `costs` `[N]`), `k` and its
+  group's cap (`constraints`) and is not to be skipped (`skip` `[N]` bool:
+  `candidates.repeats`). The search chose which passages matter; their other sentences are
+  what it could not reach in a few iterations over many candidates, and a lead sentence says
+  what its passage is about (a 2WikiMultihopQA fact is mostly one, of each of 2-4 passages; a
+  HotpotQA fact, the rest of two passages). -> (order, gains, curve) `[K]`: a filled pick's
   gain is 0 (it was not searched), the curve stays at the searched value."""
   searched_picks = len(order)
   order = [int(i) for i in order]

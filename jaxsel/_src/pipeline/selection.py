@@ -72,6 +72,7 @@ class _Request(NamedTuple):
   cost_penalty: float
   signals: object  # `bridge.BridgeSignals` or None
   constraints: Optional[tuple] = None  # `candidates.constraints`: (pinned, cap_groups, cap)
+  repeats: Optional[np.ndarray] = None  # CORAG: `candidates.repeats` [N], or None
 
 
 def _certificate(out: solve_lib.Output, method: str) -> dict:
@@ -337,12 +338,13 @@ class Pipeline:
                        f"of method {self.config.method!r} allows.")
     return cons
 
-  def _request(self, queries, cands, q_emb, budget) -> _Request:
-    """The request with its search settings (the agent's, when there is one) and text signals."""
+  def _request(self, queries, cands, q_emb, budget, cons: Optional[tuple]) -> _Request:
+    """The request with its constraints (`cons`), search settings (the agent's, when there is
+    one), text signals and, for CORAG, its repeated texts (`candidates.repeats`)."""
     cfg = self.config
     if cfg.method != "corag":
       return _Request(queries, cands, q_emb, budget, None, 1, cfg.exploration, cfg.cost_penalty,
-                      None)
+                      None, cons)
     if self.agent is None:
       scorer, it, c, lam = cfg.corag_scorer, cfg.iterations, cfg.exploration, cfg.cost_penalty
     else:
@@ -351,7 +353,8 @@ class Pipeline:
     signals = None
     if callable(scorer) or scorer in methods.USES_TEXT_SIGNALS:
       signals = self._text_signals(queries, cands.passages)
-    return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals)
+    return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals, cons,
+                    cands_lib.repeats(cands.passages, cons))
 
   def _text_signals(self, queries: list, passages: list):
     """`methods.text_signals` of a request (tens of milliseconds of Python for 20 passages),
@@ -401,7 +404,7 @@ class Pipeline:
         inputs = solve_lib.pad_batch(
             [(requests[i].query_embeddings, requests[i].candidates.embeddings,
               requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
-              requests[i].constraints, self._repeats(requests[i])) for i in full],
+              requests[i].constraints, requests[i].repeats) for i in full],
             n=n_pad, q=q_pad)
         settings = solve_lib.stack([solve_lib.Settings.of(
             budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
@@ -411,12 +414,6 @@ class Pipeline:
         for b, i in enumerate(part):
           outs[i] = solve_lib.row(out, b)
     return outs
-
-  def _repeats(self, r: _Request) -> Optional[np.ndarray]:
-    """`candidates.repeats` of a CORAG request (None for the other methods)."""
-    if self.config.method != "corag":
-      return None
-    return cands_lib.repeats(r.candidates.passages, r.constraints)
 
   def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:
     cfg, passages = self.config, r.candidates.passages
@@ -449,7 +446,7 @@ class Pipeline:
     c = r.candidates
     return granularity_lib.top_up(
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0), parents=c.parents,
-        budget=r.budget, k=k, constraints=r.constraints, skip=self._repeats(r),
+        budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, self.tokenizer))
 
   # -- selection -------------------------------------------------------------------------------
@@ -509,7 +506,7 @@ class Pipeline:
         cands, pinned, groups, max_per_group, budget=budget, k=k,
         index=isinstance(self.index if documents_or_index is None else documents_or_index,
                          VectorIndex) and embeddings is None))
-    r = self._request(queries, cands, q_emb, budget)._replace(constraints=cons)
+    r = self._request(queries, cands, q_emb, budget, cons)
     out, = self._solve([r], k=k, min_gain=min_gain)
     return self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
 
@@ -606,7 +603,7 @@ class Pipeline:
             q, query_embeddings[r], cands.embeddings.shape[1], self._embedder)
       except (TypeError, ValueError) as e:
         raise type(e)(f"`query_embeddings[{r}]`: {e}") from None
-      prepared.append(self._request(q, cands, q_emb, b)._replace(constraints=cons[r]))
+      prepared.append(self._request(q, cands, q_emb, b, cons[r]))
     outs = self._solve(prepared, k=k, min_gain=min_gain)
     return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
             for r, out in zip(prepared, outs)]
