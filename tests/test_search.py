@@ -224,6 +224,64 @@ def test_normalize_makes_the_search_scale_free(batch):
   assert float(t.value_min) == vals.min() and float(t.value_max) == vals.max()
 
 
+def _wide(num=12, n=40, seed=2):
+  """Many chunks, few iterations: the case progressive widening is for."""
+  sc, costs, budget, valid, _ = _instances(seed=seed, num=num, n=n)
+  return sc, costs, budget * 3, valid
+
+
+def _offered_ranks_hold(tree, widening) -> bool:
+  """Every child the descent went into and that is still open ranks, among its open
+  siblings by value (ties to the lower index), below ⌈widening·√visits⌉ of its parent: the
+  values never change and the open set only shrinks, so the rank it had when chosen bounds it."""
+  exists, exhausted = np.asarray(tree.exists), np.asarray(tree.exhausted)
+  first, visits, value = np.asarray(tree.first_child), np.asarray(tree.visits), np.asarray(tree.value)
+  n = int(tree.num_candidates)
+  for v in np.flatnonzero(first >= 0):
+    kids = np.arange(first[v], first[v] + n)
+    open_ = exists[kids] & ~exhausted[kids]
+    width = np.ceil(widening * np.sqrt(visits[v]))
+    for j in np.flatnonzero(open_ & (first[kids] >= 0)):
+      ahead = open_ & ((value[kids] > value[kids[j]]) | ((value[kids] == value[kids[j]])
+                                                        & (np.arange(n) < j)))
+      if ahead.sum() >= width:
+        return False
+  return True
+
+
+def test_widening_zero_is_the_papers_rule(batch):
+  sc, costs, budget, valid, res, _, _ = batch
+  zero = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.corag_search(
+      s, c, budget=b, iterations=ITERS, max_depth=DEPTH, valid=v, widening=0.0)))(sc, costs, budget, valid)
+  np.testing.assert_array_equal(zero.order, res.order)
+  np.testing.assert_array_equal(zero.tree.visits, res.tree.visits)
+
+
+def test_widening_offers_the_best_children_and_goes_deeper():
+  sc, costs, budget, valid = _wide()
+  def run(w):
+    return jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.corag_search(
+        s, c, budget=b, iterations=15, max_depth=DEPTH, valid=v, widening=w, normalize=True,
+        exploration=2.0)))(sc, costs, budget, valid)
+  paper, wide = run(0.0), run(1.0)
+  deep = lambda r: np.asarray(jnp.max(jnp.where(r.tree.exists, r.tree.depth, 0), axis=1))  # noqa: E731
+  assert (deep(wide) >= deep(paper)).all() and deep(wide).mean() > deep(paper).mean()
+  held = [_offered_ranks_hold(_take(wide.tree, i), 1.0) for i in range(len(costs))]
+  assert all(held)
+  assert not all(_offered_ranks_hold(_take(paper.tree, i), 1.0) for i in range(len(costs)))
+  for i in range(len(costs)):  # the same bookkeeping as the paper's rule
+    t = _take(wide.tree, i)
+    assert int(t.visits[0]) == 1 + int(t.num_expanded)
+    order = np.asarray(wide.order[i])[:int(wide.length[i])]
+    assert valid[i][order].all() and costs[i][order].sum() <= budget[i]
+  # A per-query C under vmap: each row is its own search.
+  mixed = jax.vmap(lambda s, c, b, v, w: jaxsel.corag_search(
+      s, c, budget=b, iterations=15, max_depth=DEPTH, valid=v, widening=w, normalize=True,
+      exploration=2.0))(sc, costs, budget, valid, jnp.where(jnp.arange(len(costs)) % 2 == 0, 1.0, 0.0))
+  np.testing.assert_array_equal(mixed.order[0::2], wide.order[0::2])
+  np.testing.assert_array_equal(mixed.order[1::2], paper.order[1::2])
+
+
 def test_empty_result_when_nothing_fits():
   sc = scorers.relevance_scorer(jnp.array([1.0, 2.0, 3.0]))
   res = jaxsel.corag_search(sc, jnp.array([5.0, 6.0, 7.0]), budget=4.0, iterations=3)
@@ -256,6 +314,9 @@ def test_zero_cost_chunks_and_max_depth_one():
     (dict(backup="sum"), ValueError, "backup"),
     (dict(normalize="yes"), TypeError, "normalize"),
     (dict(scorer="nope"), TypeError, "scorer"),
+    (dict(widening=-1.0), ValueError, "widening"),
+    (dict(widening=[1.0, 2.0]), ValueError, "widening"),
+    (dict(widening=float("inf")), ValueError, "widening"),
 ])
 def test_bad_input(kwargs, err, match):
   args = dict(scorer=scorers.relevance_scorer(jnp.ones(3)), costs=[1.0, 1.0, 1.0], budget=2.0,
@@ -375,7 +436,7 @@ def test_a_nonfinite_scorer_is_an_error_eagerly_and_a_flag_under_a_transform():
     ref = call(BrokenScorer(bad=jnp.asarray(-2), fill=jnp.asarray(0)), costs)
     np.testing.assert_array_equal(res.order[0], ref.order, err_msg=name)
     assert float(ref.value) == pytest.approx(0.9 + 0.7 + 0.5), name  # the best 3 (each fits)
-    with pytest.raises(ValueError, match=rf"for 4 of 5 queries \(first: 1, 2, 3, 4\)"):
+    with pytest.raises(ValueError, match=r"for 4 of 5 queries \(first: 1, 2, 3, 4\)"):
       search.raise_if_nonfinite(res.nonfinite, batch, what=name)
 
 

@@ -145,12 +145,13 @@ def encoder_for(name: str, form: str, base, cache: str) -> CachedEncoder:
 
 
 def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
-            budgets=BUDGETS, methods=tuple(METHODS), log=print) -> dict:
-  """`{method: {budget: {metric: [Q]}}}`, `n` and `over` (selections above their budget)."""
+            budgets=BUDGETS, methods=tuple(METHODS), log=print, widening: float = 0.0) -> dict:
+  """`{method: {budget: {metric: [Q]}}}`, `n` and `over` (selections above their budget).
+  `widening`: the Pipeline's CORAG widening (`PipelineConfig.widening`)."""
   examples = hop_features.load_examples(name, limit=limit)
   facts = supporting_spans(name, examples, form)
   enc = encoder_for(name, form, base, cache)
-  pipe = jaxsel.Pipeline(enc, cache_size=64)
+  pipe = jaxsel.Pipeline(enc, cache_size=64).replace(widening=widening)
   scorer = hops.learned_hops_builder(hops.load_hop_params(weights)) if weights else None
   pipes = {}
   for m in methods:
@@ -231,6 +232,8 @@ def main(argv=None) -> int:
   p.add_argument("--limit", type=int, default=100, help="first N questions of each set")
   p.add_argument("--weights", default="", help="SET=path,...: learned weights trained without SET")
   p.add_argument("--methods", default=",".join(METHODS), help="a probe: only these (no table)")
+  p.add_argument("--widening", type=float, default=0.0,
+                 help="CORAG's progressive widening on requests of > 40 candidates (0: off)")
   p.add_argument("--cache", default=CACHE)
   p.add_argument("--out", default=os.path.join(CACHE, "granularity.json"))
   args = p.parse_args(argv)
@@ -244,17 +247,19 @@ def main(argv=None) -> int:
     for form in args.forms.split(","):
       key = f"{name}:{form}"
       if key in report and report[key]["n"] == args.limit and \
-          report[key]["weights"] == weights.get(name, "shipped"):
+          report[key]["weights"] == weights.get(name, "shipped") and \
+          report[key].get("widening", 0.0) == args.widening:
         continue  # already run: resumable
       methods = tuple(args.methods.split(","))
       res = run_set(name, form, base=base, cache=args.cache, limit=args.limit,
-                    weights=weights.get(name), methods=methods)
+                    weights=weights.get(name), methods=methods, widening=args.widening)
       if methods != tuple(METHODS):  # a probe: the means only
         print(key, {m: {b: {k: round(float(np.nanmean(v)) * 100, 1) for k, v in per.items()}
                         for b, per in res["per_question"][m].items()} for m in methods}, flush=True)
         continue
       res["per_question"] = {m: {str(b): v for b, v in per.items()}
                              for m, per in res["per_question"].items()}
+      res["widening"] = args.widening
       report[key] = res
       res["summary"] = summary({"per_question": {m: {int(b): v for b, v in per.items()}
                                                  for m, per in res["per_question"].items()}})

@@ -10,7 +10,10 @@ root; a child appends one unused chunk to its parent's order. Every iteration
    until it reaches a node that has not been expanded. With `normalize=True`, `V(v)/N(v)` is
    first mapped from [lowest, highest value of any node in the tree] to [0, 1] (the min–max
    normalisation of MuZero / `mctx`), the value scale UCT assumes, so that c and λ weigh the
-   same against it whatever the scorer's units;
+   same against it whatever the scorer's units. With `widening` C (progressive widening,
+   Coulom 2007), a node visited N(v) times offers the descent only its ⌈C·√N(v)⌉ best-valued
+   children that are not exhausted: with many chunks and few iterations the paper's rule
+   visits a new child of the root every iteration (depth ≈ 2), widening spends them deeper;
 2. expands that leaf with **all** its children (every unused valid chunk whose cost still fits
    the budget B), scoring them in **one** batched scorer call; each child starts with one
    visit and its own value. A scorer with `append_gains` (the pairwise, link, objective
@@ -204,8 +207,20 @@ def _room_after(cons, used: Array, room: Array) -> Array:
   return counts[cons.slot][None, :] + same.astype(jnp.int32) < cons.caps[cons.slot][None, :]
 
 
+def _widened(open_: Array, values: Array, visits: Array, widening: Array) -> Array:
+  """`open_` `[N]` less all but the ⌈widening·√visits⌉ best-`values` open children (ties to
+  the lower index); all of them when `widening` is 0."""
+  n = values.shape[0]
+  ar = jnp.arange(n)
+  v = jnp.where(open_, values, -jnp.inf)
+  ahead = (v[None, :] > v[:, None]) | ((v[None, :] == v[:, None]) & (ar[None, :] < ar[:, None]))
+  rank = jnp.sum(ahead & open_[None, :], axis=1)  # open children better than each
+  width = jnp.ceil(widening * jnp.sqrt(visits.astype(jnp.float32)))
+  return open_ & ((widening <= 0) | (rank < width))
+
+
 def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, root_order,
-               cons, *, d, backup, normalize):
+               cons, widening, *, d, backup, normalize):
   n = costs.shape[0]
   p0 = tree.depth[0]  # the pinned chunks the root holds
   m = tree.visits.shape[0]
@@ -225,7 +240,9 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
                          tree.visits[node], tree_lib.block(tree.cost, first, n), exploration,
                          cost_penalty, budget, value_range)
     open_ = tree_lib.block(tree.exists, first, n) & ~tree_lib.block(tree.exhausted, first, n)
-    j = numerics.first_argmax(jnp.where(open_, u, -jnp.inf))  # XLA:CPU: faster than jnp.argmax
+    offered = open_ if widening is None else _widened(
+        open_, tree_lib.block(tree.value, first, n), tree.visits[node], widening)
+    j = numerics.first_argmax(jnp.where(offered, u, -jnp.inf))  # XLA:CPU: faster than jnp.argmax
     child = first + j
     return (child, jnp.where(levels[:d] == p0 + k, j, order), used | (ar == j),
             jnp.where(levels == k + 1, child, path),
@@ -292,8 +309,8 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
 
 
 @pytree.jit_static_leaves(static_argnames=("iterations", "max_depth", "backup", "normalize"))
-def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, *, iterations, max_depth,
-            backup, normalize):
+def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening, *, iterations,
+            max_depth, backup, normalize):
   n = costs.shape[0]
   d = max_depth
   m = 1 + iterations * n
@@ -324,7 +341,8 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, *, it
 
   step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,
                            exploration=exploration, cost_penalty=cost_penalty,
-                           root_order=root_order, cons=cons, d=d, backup=backup, normalize=normalize)
+                           root_order=root_order, cons=cons, widening=widening, d=d, backup=backup,
+                           normalize=normalize)
   tree = lax.fori_loop(0, iterations, step, tree)
 
   # The answer: the best node; the root too when it holds pinned chunks (else only when
@@ -367,7 +385,7 @@ def _check_tree_size(iterations: int, n: int) -> None:
 def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
                  max_depth: Optional[int] = None, valid=None, backup: str = "max",
                  normalize: bool = False, pinned=None, groups=None,
-                 max_per_group=None) -> SearchResult:
+                 max_per_group=None, widening=None) -> SearchResult:
   """CORAG tree search for the best ordered combination of chunks within a token budget.
 
   Args:
@@ -398,6 +416,11 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       scorer's of that order, its cost theirs), so every order found starts with them; a
       child that would break a group's cap is not expanded. With pinned chunks the root is a
       candidate answer like any node (the pinned alone may score best).
+    widening: C of progressive widening (array-like ≥ 0; may differ per query): a node
+      visited N(v) times offers the descent its ⌈C·√N(v)⌉ best-valued children that are not
+      exhausted (every child is still expanded and scored, and the answer is still the
+      best node anywhere). None (default) or 0: all of them, the paper's rule. The Pipeline
+      passes its `widening` setting (off by default) on requests of many candidates.
 
   Returns:
     `SearchResult(order [T], length, value, cost, utility, tree, nonfinite)`.
@@ -420,8 +443,16 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
     if x.ndim != 0:
       raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
     checks.check_finite(x, name)
+  if widening is not None:
+    widening = checks.as_float_array(widening, "widening").astype(jnp.float32)
+    if widening.ndim != 0:
+      raise ValueError(f"`widening` must be a scalar (per query under `vmap`), got shape {widening.shape}.")
+    checks.check_finite(widening, "widening")
+    if checks.is_concrete(widening) and float(widening) < 0:
+      raise ValueError(f"`widening` must be >= 0 (0 or None: every child is offered), got "
+                       f"{float(widening)}.")
   cons = cons_lib.check(pinned, groups, max_per_group, n=costs.shape[0], k=max_depth, costs=costs,
                         budget=budget, valid=valid)
-  res = _search(scorer, costs, budget, valid, exploration, cost_penalty, cons,
+  res = _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening,
                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=normalize)
   return checked(res, scorer, what="corag_search")

@@ -231,24 +231,26 @@ def sharded_greedy(objectives, *, mesh: Mesh, k: int, axis: AxisNames = None, co
 
 
 @functools.lru_cache(maxsize=64)
-def _batched_search(mesh, axes, iterations, max_depth, backup, normalize):
-  def one(scorer, costs, budget, valid, exploration, cost_penalty):
+def _batched_search(mesh, axes, iterations, max_depth, backup, normalize, widen):
+  def one(scorer, costs, budget, valid, exploration, cost_penalty, widening):
     return corag_search(scorer, costs, budget=budget, iterations=iterations,
                         exploration=exploration, cost_penalty=cost_penalty,
-                        max_depth=max_depth, valid=valid, backup=backup, normalize=normalize)
+                        max_depth=max_depth, valid=valid, backup=backup, normalize=normalize,
+                        widening=widening if widen else None)
   return sharded_vmap(one, mesh=mesh, axis=axes)
 
 
 def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis: AxisNames = None,
                    exploration=2.4, cost_penalty=0.1, max_depth: Optional[int] = None,
-                   valid=None, backup: str = "max", normalize: bool = False) -> SearchResult:
+                   valid=None, backup: str = "max", normalize: bool = False,
+                   widening=None) -> SearchResult:
   """`jax.vmap(jaxsel.corag_search)` over a batch of queries split over the devices of `mesh`.
 
   Args:
     scorers: a batch of scorers, every array leaf with a leading `[B]` axis (build them
       under `jax.vmap`, see `jaxsel.scorers`).
     costs: `[B, N]` chunk costs; `valid`: bool `[B, N]` (default all valid).
-    budget, exploration, cost_penalty: `[]` or `[B]`.
+    budget, exploration, cost_penalty, widening: `[]` or `[B]` (`widening` None: none).
     iterations, max_depth, backup, normalize: as in `jaxsel.corag_search` (static, shared).
     mesh, axis: as in `sharded_greedy`.
 
@@ -271,9 +273,9 @@ def sharded_search(scorers, costs, *, mesh: Mesh, budget, iterations: int, axis:
     return jnp.broadcast_to(jnp.asarray(x, jnp.float32), (b,))
 
   run = _batched_search(mesh, axes, iterations, max_depth, backup,
-                        checks.static_bool(normalize, "normalize"))
+                        checks.static_bool(normalize, "normalize"), widening is not None)
   res = run(scorers, costs, per_query(budget), valid, per_query(exploration),
-            per_query(cost_penalty))
+            per_query(cost_penalty), per_query(0.0 if widening is None else widening))
   return checked(res, scorers, what="sharded_search")
 
 

@@ -324,10 +324,12 @@ def _eight_device_checks() -> dict:
   out["data/corag_search_b5"] = bool(np.array_equal(got.order, want.order)
                                      and np.allclose(got.value, want.value, rtol=1e-6)
                                      and np.array_equal(got.tree.visits, want.tree.visits))
+  widening = np.asarray([0.0, 1.0, 2.0, 0.0, 1.0], np.float32)  # per query
   got = jaxsel.sharded_search(scorers, scosts, mesh=mesh, budget=9.0, iterations=6, max_depth=3,
-                              exploration=0.5, normalize=True)
-  want = jax.vmap(lambda s, c: jaxsel.corag_search(s, c, budget=9.0, iterations=6, max_depth=3,
-                                                   exploration=0.5, normalize=True))(scorers, scosts)
+                              exploration=0.5, normalize=True, widening=widening)
+  want = jax.vmap(lambda s, c, w: jaxsel.corag_search(s, c, budget=9.0, iterations=6, max_depth=3,
+                                                      exploration=0.5, normalize=True, widening=w))(
+      scorers, scosts, widening)
   out["data/corag_search_normalized_b5"] = bool(np.array_equal(got.order, want.order)
                                                 and np.array_equal(got.tree.visits, want.tree.visits))
   return out

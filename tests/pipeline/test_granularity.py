@@ -136,14 +136,35 @@ def test_sentence_granularity_refuses_passage_embeddings_and_words(pipe):
 
 @pytest.mark.parametrize("method", [None, "naive"])
 def test_select_many_equals_select(pipe, method):
-  p = pipe.replace(method=method)
+  p = pipe.replace(method=method, widening=2.0)  # widened on wide requests, not on others
   ps = passages_of(pipe, DOCS)
   requests = [(Q, DOCS), (Q, ps), ("Who directed Kiss and Tell?", DOCS[:1])]
+  if method is None:
+    requests.append((Q, [DOC]))  # 111 sentences: wide (38 and 19 are not)
   many = p.select_many(requests, budget=120, granularity="sentence")
   for (q, source), got in zip(requests, many):
     want = p.select(q, source, budget=120, granularity="sentence")
     assert got.passages == want.passages and got.cost == want.cost
     assert got.context() == want.context()
+
+
+def test_requests_of_many_candidates_search_with_widening(pipe, monkeypatch):
+  """CORAG's progressive widening (`PipelineConfig.widening`, off by default) on a request of
+  more than `widen_above` candidates only; 0 turns it off. (Iterations no other test uses: the solve is
+  traced here, where the search's arguments can be seen.)"""
+  from jaxsel._src.pipeline import solve
+  seen = []
+  real = solve.corag_search
+  monkeypatch.setattr(solve, "corag_search",
+                      lambda *a, **kw: seen.append(kw["widening"] is not None) or real(*a, **kw))
+  p = pipe.replace(iterations=13, widening=2.0)
+  p.select(Q, [DOC], budget=120, granularity="sentence")  # 111 candidates
+  p.select(Q, DOCS, budget=120, granularity="sentence")  # 38
+  p.replace(widen_above=30).select(Q, DOCS, budget=120, granularity="sentence")
+  p.replace(widening=0.0).select(Q, [DOC], budget=120, granularity="sentence")
+  assert seen == [True, False, True, False]
+  with pytest.raises(ValueError, match="widening"):
+    pipe.replace(widening=-1.0)
 
 
 def test_pinned_and_groups_name_the_callers_passages(pipe):

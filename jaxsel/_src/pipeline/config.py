@@ -53,6 +53,13 @@ class PipelineConfig:
       agent, when given to the Pipeline, predicts the scorer and the first three per query);
       `max_depth` also caps mmr/naive picks. The defaults (15, 2.0, 0.2) won on the training
       splits: a short search regularises (more iterations fit the scorer, not the question).
+    widening, widen_above: with `widening` C > 0, on a request of more than `widen_above`
+      candidates (sentences at `granularity="sentence"`: ~100 for 20 paragraphs) the CORAG
+      search offers at each node only its ⌈C·√visits⌉ best-valued children
+      (`jaxsel.corag_search`'s progressive widening), so its 15 iterations go deeper than
+      two picks. Off by default (0): measured at sentence granularity (`bench/RESULTS.md`,
+      CORAG widening), C = 2 gains up to 4 points on titled HotpotQA and loses 2.5 [-5, 0]
+      points of paragraph joint recall on untitled HotpotQA at 384 tokens.
     top_up: after the CORAG search, fill the leftover budget with the most relevant unused
       candidates (NaiveRAG on the rest).
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
@@ -83,6 +90,8 @@ class PipelineConfig:
   iterations: int = 15
   exploration: float = 2.0
   cost_penalty: float = 0.2
+  widening: float = 0.0
+  widen_above: int = 40
   top_up: bool = True
   max_depth: Optional[int] = None
   batch_size: int = 64
@@ -105,11 +114,12 @@ class PipelineConfig:
       checks.integer(getattr(self, name), name)
     if self.max_depth is not None:
       checks.integer(self.max_depth, "max_depth")
-    for name in ("cache_size", "dense_limit"):
+    for name in ("cache_size", "dense_limit", "widen_above"):
       checks.integer(getattr(self, name), name, low=0)
     checks.number(self.diversity, "diversity", 0.0, 1.0)
     checks.number(self.discount, "discount", 0.0, 1.0, low_open=True)
     checks.number(self.exploration, "exploration", 0.0)
+    checks.number(self.widening, "widening", 0.0)
     checks.number(self.cost_penalty, "cost_penalty")
     if self.min_gain is not None:
       checks.number(self.min_gain, "min_gain")

@@ -73,6 +73,7 @@ class _Request(NamedTuple):
   signals: object  # `bridge.BridgeSignals` or None
   constraints: Optional[tuple] = None  # `candidates.constraints`: (pinned, cap_groups, cap)
   repeats: Optional[np.ndarray] = None  # CORAG: `candidates.repeats` [N], or None
+  widening: float = 0.0  # CORAG's progressive widening (a wide request: `PipelineConfig.widening`)
 
 
 def _certificate(out: solve_lib.Output, method: str) -> dict:
@@ -353,8 +354,9 @@ class Pipeline:
     signals = None
     if callable(scorer) or scorer in methods.USES_TEXT_SIGNALS:
       signals = self._text_signals(queries, cands.passages)
+    wide = len(cands.passages) > cfg.widen_above
     return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals, cons,
-                    cands_lib.repeats(cands.passages, cons))
+                    cands_lib.repeats(cands.passages, cons), cfg.widening if wide else 0.0)
 
   def _text_signals(self, queries: list, passages: list):
     """`methods.text_signals` of a request (tens of milliseconds of Python for 20 passages),
@@ -378,7 +380,7 @@ class Pipeline:
         use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
         # At sentence granularity CORAG's top-up runs after the solve (`granularity.fill`).
         top_up=cfg.method == "corag" and cfg.top_up and r.candidates.parents is None,
-        constrained=r.constraints is not None)
+        constrained=r.constraints is not None, widen=r.widening > 0)
 
   def _solve(self, requests: Sequence[_Request], *, k, min_gain) -> list:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
@@ -392,7 +394,7 @@ class Pipeline:
     for i, r in enumerate(requests):
       groups[(solve_lib.bucket(len(r.candidates.passages)), solve_lib.query_bucket(len(r.queries)),
               r.scorer, r.iterations, bool(np.isfinite(r.budget)),
-              r.constraints is not None)].append(i)
+              r.constraints is not None, r.widening > 0)].append(i)
     outs = [None] * len(requests)
     for (n_pad, q_pad, *_), rows in groups.items():
       # k is static: bucketed too (the picks are cut to the request's own k afterwards).
@@ -409,7 +411,7 @@ class Pipeline:
         settings = solve_lib.stack([solve_lib.Settings.of(
             budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
             exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
-            diversity=cfg.diversity) for i in full])
+            diversity=cfg.diversity, widening=requests[i].widening) for i in full])
         out = solve_lib.run(inputs, settings, config)
         for b, i in enumerate(part):
           outs[i] = solve_lib.row(out, b)

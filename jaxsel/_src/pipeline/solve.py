@@ -79,13 +79,14 @@ class Settings(NamedTuple):
   exploration: Array  # []
   cost_penalty: Array  # []
   diversity: Array  # []
+  widening: Array  # [] CORAG's progressive widening (read when `SolveConfig.widen`; 0: none)
 
   @classmethod
   def of(cls, *, budget: float, min_gain: Optional[float], discount: float, exploration: float,
-         cost_penalty: float, diversity: float) -> "Settings":
+         cost_penalty: float, diversity: float, widening: float = 0.0) -> "Settings":
     """Host float32 scalars; `min_gain` None is 0 (then `use_min_gain` is off)."""
     return cls(*(np.float32(x) for x in (budget, 0.0 if min_gain is None else min_gain, discount,
-                                         exploration, cost_penalty, diversity)))
+                                         exploration, cost_penalty, diversity, widening)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +104,7 @@ class SolveConfig:
     top_up: fill the budget the CORAG search leaves with the most relevant candidates.
     constrained: honour `Inputs.pinned`, `cap_groups` and `caps` (else they are not read, and
       greedy keeps its native fused run).
+    widen: CORAG searches with `Settings.widening` (else without widening, and it is not read).
   """
   method: str
   k: int
@@ -117,6 +119,7 @@ class SolveConfig:
   use_min_gain: bool = False
   top_up: bool = False
   constrained: bool = False
+  widen: bool = False
 
 
 class Output(NamedTuple):
@@ -191,7 +194,8 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
     sc = methods.scorer(c.scorer, req, discount=settings.discount)
     res = corag_search(sc, req.costs, budget=total, iterations=c.iterations,
                        exploration=settings.exploration, cost_penalty=settings.cost_penalty,
-                       max_depth=c.depth, valid=req.valid, **cons)
+                       max_depth=c.depth, valid=req.valid,
+                       widening=settings.widening if c.widen else None, **cons)
     if c.top_up:
       res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid,
                                    cons_lib.check(None, cons.get("groups"), cons.get("max_per_group"),
