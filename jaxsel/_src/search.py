@@ -210,11 +210,8 @@ def _room_after(cons, used: Array, room: Array) -> Array:
 def _widened(open_: Array, values: Array, visits: Array, widening: Array) -> Array:
   """`open_` `[N]` less all but the ⌈widening·√visits⌉ best-`values` open children (ties to
   the lower index); all of them when `widening` is 0."""
-  n = values.shape[0]
-  ar = jnp.arange(n)
-  v = jnp.where(open_, values, -jnp.inf)
-  ahead = (v[None, :] > v[:, None]) | ((v[None, :] == v[:, None]) & (ar[None, :] < ar[:, None]))
-  rank = jnp.sum(ahead & open_[None, :], axis=1)  # open children better than each
+  best_first = jnp.argsort(jnp.where(open_, -values, jnp.inf), stable=True)
+  rank = jnp.argsort(best_first)  # an open child's place among the open ones
   width = jnp.ceil(widening * jnp.sqrt(visits.astype(jnp.float32)))
   return open_ & ((widening <= 0) | (rank < width))
 
@@ -437,20 +434,19 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
   _check_tree_size(iterations, costs.shape[0])
   checks.choice(backup, "backup", BACKUPS)
   normalize = checks.static_bool(normalize, "normalize")
-  exploration = checks.as_float_array(exploration, "exploration").astype(jnp.float32)
-  cost_penalty = checks.as_float_array(cost_penalty, "cost_penalty").astype(jnp.float32)
-  for x, name in ((exploration, "exploration"), (cost_penalty, "cost_penalty")):
+  scalars = {"exploration": exploration, "cost_penalty": cost_penalty}
+  if widening is not None:
+    scalars["widening"] = widening
+  for name, x in scalars.items():
+    x = scalars[name] = checks.as_float_array(x, name).astype(jnp.float32)
     if x.ndim != 0:
       raise ValueError(f"`{name}` must be a scalar (per query under `vmap`), got shape {x.shape}.")
     checks.check_finite(x, name)
-  if widening is not None:
-    widening = checks.as_float_array(widening, "widening").astype(jnp.float32)
-    if widening.ndim != 0:
-      raise ValueError(f"`widening` must be a scalar (per query under `vmap`), got shape {widening.shape}.")
-    checks.check_finite(widening, "widening")
-    if checks.is_concrete(widening) and float(widening) < 0:
-      raise ValueError(f"`widening` must be >= 0 (0 or None: every child is offered), got "
-                       f"{float(widening)}.")
+  exploration, cost_penalty, widening = (scalars["exploration"], scalars["cost_penalty"],
+                                         scalars.get("widening"))
+  if widening is not None and checks.is_concrete(widening) and float(widening) < 0:
+    raise ValueError(f"`widening` must be >= 0 (0 or None: every child is offered), got "
+                     f"{float(widening)}.")
   cons = cons_lib.check(pinned, groups, max_per_group, n=costs.shape[0], k=max_depth, costs=costs,
                         budget=budget, valid=valid)
   res = _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening,
