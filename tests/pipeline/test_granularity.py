@@ -167,6 +167,21 @@ def test_requests_of_many_candidates_search_with_widening(pipe, monkeypatch):
     pipe.replace(widening=-1.0)
 
 
+def test_the_top_up_follows_the_links_of_the_request(pipe, monkeypatch):
+  """The default at sentence granularity hands its top-up (`granularity.fill`) the text
+  signals' links between the request's sentence candidates (sentence i names the lead entity
+  of j's passage), the same as `text_signals` of those candidates gives."""
+  seen = []
+  real = granularity.fill
+  monkeypatch.setattr(granularity, "fill", lambda *a, **kw: seen.append(kw["links"]) or real(*a, **kw))
+  res = pipe.select(Q, DOCS, budget=120, granularity="sentence")
+  cands = res.candidates
+  want = jaxsel.registry.text_signals([c.text for c in cands], [c.doc for c in cands],
+                                      [c.title for c in cands], [Q]).links
+  assert seen and all(np.array_equal(links, want) for links in seen)
+  assert want.any()  # the bundled article's paragraphs name one another
+
+
 def test_pinned_and_groups_name_the_callers_passages(pipe):
   ps = passages_of(pipe, DOCS)
   p = pipe.replace(method="naive")
@@ -219,3 +234,28 @@ def test_the_fill_sends_the_lead_sentences_of_the_searched_passages_first():
   assert fill(50) == [2, 4, 0, 3, 1]  # then passage 0's other sentence
   assert fill(70) == [2, 4, 0, 3, 1, 5, 6]
   assert fill(40, skip=np.asarray([1, 0, 0, 0, 0, 0, 0], bool)) == [2, 4, 3, 1]
+
+
+def test_the_fill_sends_the_lead_of_a_passage_a_searched_one_names_next():
+  """`granularity.fill` with the text signals' `links`: after the searched passages' leads,
+  the lead sentence of each other passage that any sentence of a searched passage names (by
+  decreasing relevance), then the searched passages' other sentences; a passage named only by
+  an unsearched one, or a searched passage named again, adds nothing."""
+  parents = np.asarray([0, 0, 1, 1, 2, 2, 3, 3, 4], np.int32)
+  relevance = np.asarray([0.9, 0.6, 0.1, 0.2, 0.3, 0.5, 0.05, 0.4, 0.8], np.float32)
+  costs = np.full(9, 10.0, np.float32)
+  links = np.zeros((9, 9), np.float32)
+  links[1, [2, 3]] = 1.0  # passage 0's second sentence names passage 1's lead entity
+  links[0, [6, 7]] = 1.0  # its lead names passage 3's
+  links[4, 0] = links[4, 1] = 1.0  # passage 2 (not searched) names passage 0 (searched)
+  links[8, [4, 5]] = 1.0  # passage 4 (not searched) names passage 2: not a hop of the search
+  searched = (np.asarray([0]), np.asarray([1.0]), np.asarray([1.0]))
+
+  def fill(budget, links=links):
+    return granularity.fill(*searched, costs=costs, relevance=relevance, parents=parents,
+                            budget=budget, links=links)[0].tolist()
+
+  assert fill(30) == [0, 2, 6]  # leads of passages 1 and 3 (0.1 > 0.05), before sentence 1
+  assert fill(50) == [0, 2, 6, 1, 8]  # then passage 0's other sentence, then by relevance
+  assert fill(30, links=None) == [0, 1, 8]  # without links: today's order
+  assert fill(30, links=np.zeros((9, 9), np.float32)) == [0, 1, 8]

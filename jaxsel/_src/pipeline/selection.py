@@ -449,6 +449,7 @@ class Pipeline:
     return granularity_lib.top_up(
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0), parents=c.parents,
         budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
+        links=None if r.signals is None else r.signals.links,
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, self.tokenizer))
 
   # -- selection -------------------------------------------------------------------------------
