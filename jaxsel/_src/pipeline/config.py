@@ -61,7 +61,9 @@ class PipelineConfig:
       CORAG widening), C = 2 gains up to 4 points on titled HotpotQA and loses 4 [-8, -1]
       points of paragraph joint recall on untitled HotpotQA at 384 tokens.
     top_up: after the CORAG search, fill the leftover budget with the most relevant unused
-      candidates (NaiveRAG on the rest).
+      candidates (NaiveRAG on the rest); at ``granularity="sentence"`` first the lead
+      sentences of the searched passages and of the passages they name, then the rest of the
+      searched passages (`granularity.fill`).
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
     min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
       picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.
