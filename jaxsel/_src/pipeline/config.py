@@ -58,8 +58,9 @@ class PipelineConfig:
       search offers at each node only its ⌈C·√visits⌉ best-valued children
       (`jaxsel.corag_search`'s progressive widening), so its 15 iterations go deeper than
       two picks. Off by default (0): measured at sentence granularity (`bench/RESULTS.md`,
-      CORAG widening), C = 2 gains up to 4 points on titled HotpotQA and loses 4 [-8, -1]
-      points of paragraph joint recall on untitled HotpotQA at 384 tokens.
+      CORAG widening), C = 2 moves every row by -3 to +3 points since the top-up follows
+      the searched passages' links (paragraph joint recall on untitled HotpotQA at 384
+      tokens: -3 [-7, 0]).
     top_up: after the CORAG search, fill the leftover budget with the most relevant unused
       candidates (NaiveRAG on the rest); at ``granularity="sentence"`` first the lead
       sentences of the searched passages and of the passages they name, then the rest of the
