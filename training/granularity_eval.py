@@ -20,12 +20,14 @@ gold paragraph sent whole), and ``tokens`` (the picks' own tokens, checked again
 Sets: ``hotpot_hard`` (the first questions of `train/hotpotqa_hard`: HotpotQA with sentence
 labels; the shipped learned weights were not trained on it), ``2wiki`` (sentence labels; the
 shipped weights were trained on it, so pass leave-one-out weights: ``--weights
-2wiki=out/gran/no_2wiki.safetensors``, trained by `python -m training train-hops` without it)
-and ``hotpot_test`` (the held-out split of `qa_sets`; its file keeps no sentence labels, so only
-``aic``, ``para`` and ``whole``).
+2wiki=out/gran/no_2wiki.safetensors``, trained by `python -m training train-hops` without it),
+``musique`` (MuSiQue: gold paragraphs, no sentence labels; pass leave-one-out weights too:
+``musique=out/gran/no_musique.safetensors``) and ``hotpot_test`` (the held-out split of
+`qa_sets`; its file keeps no sentence labels): these two give only ``aic``, ``para`` and
+``whole``.
 
-    python -m training granularity --limit 100 \\
-        --weights 2wiki=out/gran/no_2wiki.safetensors --out out/gran/granularity.json
+    python -m training granularity --limit 100 --out out/gran/granularity.json \\
+        --weights 2wiki=out/gran/no_2wiki.safetensors,musique=out/gran/no_musique.safetensors
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from training.files import atomic_write  # noqa: E402
 from training import context_eval, evaluation, hop_features, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
-SETS = ("hotpot_hard", "2wiki", "hotpot_test")
+SETS = ("hotpot_hard", "2wiki", "musique", "hotpot_test")
 FORMS = hop_features.FORMS
 BUDGETS = (128, 256, 384)
 METHODS = {"naive_p": ("NaiveRAG, paragraphs", "naive", "passage"),
@@ -58,7 +60,8 @@ METHODS = {"naive_p": ("NaiveRAG, paragraphs", "naive", "passage"),
 METRICS = ("sf", "aic", "para", "whole")
 CACHE = os.path.join(ROOT, "out", "gran")
 RAW = {"hotpot_hard": hop_features.HARD, "2wiki": qa_sets.FILES["2wiki"]}
-LABELS = {"hotpot_hard": "HotpotQA-hard", "2wiki": "2Wiki", "hotpot_test": "HotpotQA test"}
+LABELS = {"hotpot_hard": "HotpotQA-hard", "2wiki": "2Wiki", "musique": "MuSiQue",
+          "hotpot_test": "HotpotQA test"}
 
 
 def _joined_spans(sentences) -> tuple:

@@ -1,0 +1,64 @@
+"""`training/granularity_eval.py` on real questions (2WikiMultihopQA and HotpotQA-hard, the
+files of ../shared/data) and the real all-MiniLM-L6-v2: a supporting fact's span in the passage
+text is its sentence, in both forms; the metrics of one selection match a hand count."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import jaxsel
+from training import granularity_eval as ge, hop_features, qa_sets
+
+
+@pytest.mark.parametrize("name", ["2wiki", "hotpot_hard"])
+@pytest.mark.parametrize("form", ["titled", "untitled"])
+def test_supporting_spans_are_the_labelled_sentences(name, form):
+  examples = hop_features.load_examples(name, limit=5)
+  raw = {}
+  with open(os.path.join(qa_sets.DATA_ROOT, ge.RAW[name]), encoding="utf-8") as f:
+    for line in f:
+      obj = json.loads(line)
+      raw[str(obj["_id"])] = obj
+      if len(raw) >= 5:
+        break
+  tok = jaxsel.load_encoder(hop_features.ENCODER).tokenizer
+  for ex, facts in zip(examples, ge.supporting_spans(name, examples, form)):
+    passages = hop_features.paragraph_passages(ex, form, tok)
+    context = dict((t, s) for t, s in raw[ex.id]["context"])
+    labelled = [context[t][i].strip() for t, i in raw[ex.id]["supporting_facts"]
+                if t in context and 0 <= i < len(context[t]) and context[t][i].strip()]
+    assert len(facts) == len(labelled) > 0
+    for where, sentence in zip(facts, labelled):
+      for i, a, b in where:
+        assert passages[i].text[a:b] == sentence
+
+
+def _result(ex, picks, candidates):
+  k = len(picks)
+  return jaxsel.SelectionResult(
+      method="naive", queries=[ex.question], passages=picks, indices=np.arange(k),
+      scores=np.zeros(k, np.float32), gains=np.zeros(k, np.float32),
+      curve=np.zeros(k, np.float32), cost=sum(p.tokens for p in picks), budget=None,
+      candidates=candidates)
+
+
+def test_question_metrics_count_whole_facts_and_paragraphs():
+  ex = hop_features.load_examples("2wiki", limit=1)[0]
+  tok = jaxsel.load_encoder(hop_features.ENCODER).tokenizer
+  passages = hop_features.paragraph_passages(ex, "untitled", tok)
+  facts = ge.supporting_spans("2wiki", [ex], "untitled")[0]
+  gold = [i for i, g in enumerate(ex.gold) if g]
+  # Every supporting sentence alone, as a piece of its paragraph: sf 1, para 1, whole 0/1.
+  pieces = [jaxsel.Passage(passages[i].text[a:b], a, b, doc=i, tokens=5)
+            for fact in facts for i, a, b in fact[:1]]
+  res = _result(ex, pieces, passages)
+  row = ge.question_metrics(ex, res, facts, passages)
+  assert row["sf"] == 1.0 and row["para"] == float(set(gold) <= {p.doc for p in pieces})
+  assert row["tokens"] == 5.0 * len(pieces)
+  # One fact cut short: no longer whole, so sf 0.
+  p0 = pieces[0]
+  short = [jaxsel.Passage(p0.text[:-1], p0.start, p0.end - 1, doc=p0.doc, tokens=5)] + pieces[1:]
+  res = _result(ex, short, passages)
+  assert ge.question_metrics(ex, res, facts, passages)["sf"] == 0.0
