@@ -3,7 +3,10 @@
 Per question set and candidate form (each paragraph one `jaxsel.Passage`, titled
 ``"title: paragraph"`` with `Passage.title`, or untitled; costs in all-MiniLM-L6-v2's word
 pieces, the budget their sum, as `training/forms_eval.py` and `training/defaults_eval.py`
-count), at 128/256/384 tokens, four selections through `jaxsel.Pipeline.select`:
+count; or *split*: each ``"title: paragraph"`` given as a document string, which the Pipeline
+splits into pieces of at most 128 word pieces and whose context as sent, numbers and blank
+lines included, the budget holds), at 128/256/384 tokens, four selections through
+`jaxsel.Pipeline.select`:
 
 * ``naive_p``: NaiveRAG over paragraphs (`method="naive"`);
 * ``naive_s``: NaiveRAG over sentences (`method="naive"`, `granularity="sentence"`);
@@ -51,7 +54,7 @@ from training import context_eval, evaluation, hop_features, qa_sets  # noqa: E4
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
 SETS = ("hotpot_hard", "2wiki", "musique", "hotpot_test")
-FORMS = hop_features.FORMS
+FORMS = hop_features.FORMS + ("split",)
 BUDGETS = (128, 256, 384)
 METHODS = {"naive_p": ("NaiveRAG, paragraphs", "naive", "passage"),
            "naive_s": ("NaiveRAG, sentences", "naive", "sentence"),
@@ -152,8 +155,9 @@ def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
   """`{method: {budget: {metric: [Q]}}}`, `n` and `over` (selections above their budget).
   `widening`: the Pipeline's CORAG widening (`PipelineConfig.widening`)."""
   examples = hop_features.load_examples(name, limit=limit)
-  facts = supporting_spans(name, examples, form)
-  enc = encoder_for(name, form, base, cache)
+  split = form == "split"  # documents: the titled paragraphs as strings
+  facts = supporting_spans(name, examples, "titled" if split else form)
+  enc = encoder_for(name, "titled" if split else form, base, cache)  # split: one cache with titled
   pipe = jaxsel.Pipeline(enc, cache_size=64).replace(widening=widening)
   scorer = hops.learned_hops_builder(hops.load_hop_params(weights)) if weights else None
   pipes = {}
@@ -166,11 +170,12 @@ def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
   out = {m: {b: {k: [] for k in (*METRICS, "tokens")} for b in budgets} for m in methods}
   over, t0 = 0, time.time()
   for q, (ex, f) in enumerate(zip(examples, facts)):
-    passages = hop_features.paragraph_passages(ex, form, enc.tokenizer)
+    passages = hop_features.paragraph_passages(ex, "titled" if split else form, enc.tokenizer)
+    source = [p.text for p in passages] if split else passages
     for m in methods:
       granularity = METHODS[m][2]
       for b in budgets:
-        res = pipes[m].select(ex.question, passages, budget=b, granularity=granularity)
+        res = pipes[m].select(ex.question, source, budget=b, granularity=granularity)
         for p in res.passages:
           assert passages[p.doc].text[p.start:p.end] == p.text
         row = question_metrics(ex, res, f, passages)

@@ -62,3 +62,17 @@ def test_question_metrics_count_whole_facts_and_paragraphs():
   short = [jaxsel.Passage(p0.text[:-1], p0.start, p0.end - 1, doc=p0.doc, tokens=5)] + pieces[1:]
   res = _result(ex, short, passages)
   assert ge.question_metrics(ex, res, facts, passages)["sf"] == 0.0
+
+
+@pytest.mark.parametrize("form", ["untitled", "split"])
+def test_run_set_selects_within_the_budget_with_offsets_in_the_sources(form, tmp_path):
+  """One question through the Pipeline (NaiveRAG over sentences, 128 tokens): every piece
+  indexes its paragraph (run_set asserts it), nothing goes over the budget, and the metrics are
+  0/1 per question; "split" hands the paragraphs over as documents."""
+  base = jaxsel.load_encoder(hop_features.ENCODER)
+  res = ge.run_set("2wiki", form, base=base, cache=str(tmp_path), limit=2, budgets=(128,),
+                   methods=("naive_s",), log=lambda *a, **k: None)
+  assert res["n"] == 2 and res["over"] == 0
+  row = res["per_question"]["naive_s"][128]
+  assert all(v in (0.0, 1.0) for k in ("sf", "para", "whole") for v in row[k])
+  assert all(0 < t <= 128 for t in row["tokens"])
