@@ -169,17 +169,19 @@ def test_requests_of_many_candidates_search_with_widening(pipe, monkeypatch):
 
 def test_the_top_up_follows_the_links_of_the_request(pipe, monkeypatch):
   """The default at sentence granularity hands its top-up (`granularity.fill`) the text
-  signals' links between the request's sentence candidates (sentence i names the lead entity
-  of j's passage), the same as `text_signals` of those candidates gives."""
+  signals' links and groups of the request's sentence candidates (sentence i names the lead
+  entity of j's group), the same as `text_signals` of those candidates gives."""
   seen = []
   real = granularity.fill
-  monkeypatch.setattr(granularity, "fill", lambda *a, **kw: seen.append(kw["links"]) or real(*a, **kw))
+  monkeypatch.setattr(granularity, "fill",
+                      lambda *a, **kw: seen.append((kw["links"], kw["groups"])) or real(*a, **kw))
   res = pipe.select(Q, DOCS, budget=120, granularity="sentence")
   cands = res.candidates
   want = jaxsel.registry.text_signals([c.text for c in cands], [c.doc for c in cands],
-                                      [c.title for c in cands], [Q]).links
-  assert seen and all(np.array_equal(links, want) for links in seen)
-  assert want.any()  # the bundled article's paragraphs name one another
+                                      [c.title for c in cands], [Q])
+  assert seen and all(np.array_equal(links, want.links) and np.array_equal(groups, want.groups)
+                      for links, groups in seen)
+  assert want.links.any()  # the bundled article's sections name one another
 
 
 def test_pinned_and_groups_name_the_callers_passages(pipe):
@@ -237,10 +239,11 @@ def test_the_fill_sends_the_lead_sentences_of_the_searched_passages_first():
 
 
 def test_the_fill_sends_the_lead_of_a_passage_a_searched_one_names_next():
-  """`granularity.fill` with the text signals' `links`: after the searched passages' leads,
-  the lead sentence of each other passage that any sentence of a searched passage names (by
-  decreasing relevance), then the searched passages' other sentences; a passage named only by
-  an unsearched one, or a searched passage named again, adds nothing."""
+  """`granularity.fill` with the text signals' `links` and `groups`: after the searched
+  passages' leads, the first sentence of each other group that any sentence of a searched
+  passage names (by decreasing relevance), then the searched passages' other sentences; a group
+  named only by an unsearched passage, or a searched one named again, adds nothing, and a group
+  of several passages (a split document) adds its first sentence only."""
   parents = np.asarray([0, 0, 1, 1, 2, 2, 3, 3, 4], np.int32)
   relevance = np.asarray([0.9, 0.6, 0.1, 0.2, 0.3, 0.5, 0.05, 0.4, 0.8], np.float32)
   costs = np.full(9, 10.0, np.float32)
@@ -251,11 +254,16 @@ def test_the_fill_sends_the_lead_of_a_passage_a_searched_one_names_next():
   links[8, [4, 5]] = 1.0  # passage 4 (not searched) names passage 2: not a hop of the search
   searched = (np.asarray([0]), np.asarray([1.0]), np.asarray([1.0]))
 
-  def fill(budget, links=links):
+  def fill(budget, links=links, groups=parents):
     return granularity.fill(*searched, costs=costs, relevance=relevance, parents=parents,
-                            budget=budget, links=links)[0].tolist()
+                            budget=budget, links=links, groups=groups)[0].tolist()
 
   assert fill(30) == [0, 2, 6]  # leads of passages 1 and 3 (0.1 > 0.05), before sentence 1
   assert fill(50) == [0, 2, 6, 1, 8]  # then passage 0's other sentence, then by relevance
   assert fill(30, links=None) == [0, 1, 8]  # without links: today's order
   assert fill(30, links=np.zeros((9, 9), np.float32)) == [0, 1, 8]
+  # Passages 1 and 3 one document (group 1): named through either, it adds sentence 2 only.
+  one_doc = np.asarray([0, 0, 1, 1, 2, 2, 1, 1, 3], np.int32)
+  linked = links.copy()
+  linked[0, [2, 3]] = 1.0
+  assert fill(40, links=linked, groups=one_doc) == [0, 2, 1, 8]

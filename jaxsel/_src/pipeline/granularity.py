@@ -169,11 +169,12 @@ def merge(result, parents: np.ndarray, passages: list, counter: TokenCounter,
 def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.ndarray,
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
          constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None,
-         links: Optional[np.ndarray] = None) -> tuple:
+         links: Optional[np.ndarray] = None, groups: Optional[np.ndarray] = None) -> tuple:
   """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the lead
-  (first) sentence of each passage it picked from, then the lead sentence of each passage they
-  link to (`links` `[N, N]`, the text signals': sentence i names the lead entity of j's
-  passage; any sentence of a searched passage counts; by decreasing relevance), then the
+  (first) sentence of each passage it picked from, then the first sentence of each group (a
+  document or section) they name (`links` `[N, N]` and `groups` `[N]`, the text signals':
+  sentence i names the lead entity of j's group, which is its first sentence's; any sentence
+  of a searched passage counts; by decreasing relevance), then the
   searched passages' other sentences (passages in pick order, each one's sentences by
   decreasing `relevance` `[N]`), then every other sentence by decreasing relevance, each taken
   while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`) and is
@@ -198,7 +199,7 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   lead = {}
   for i, m in enumerate(parents):
     lead.setdefault(int(m), i)
-  rest = ([lead[m] for m in searched] + _linked_leads(searched, lead, parents, links, relevance)
+  rest = ([lead[m] for m in searched] + _linked_leads(searched, parents, links, groups, relevance)
           + [i for m in searched for i in by_relevance if parents[i] == m] + by_relevance)
   for i in rest:
     if (i in taken or spent + float(costs[i]) > budget or (k is not None and len(order) >= k)
@@ -217,20 +218,25 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
           np.concatenate([curve, np.full(added, last, curve.dtype)]))
 
 
-def _linked_leads(searched: list, lead: dict, parents: np.ndarray, links, relevance) -> list:
-  """The lead sentences of the passages that a sentence of a `searched` passage names
-  (`links`; none when None), the searched passages left out, by decreasing relevance."""
-  if links is None or not searched:
+def _linked_leads(searched: list, parents: np.ndarray, links, groups, relevance) -> list:
+  """The first sentence of each group that a sentence of a `searched` passage names (`links`,
+  `groups`; none when None) and that is not in a searched passage, by decreasing relevance."""
+  if links is None or groups is None or not searched:
     return []
-  links = np.asarray(links)
-  named = links[np.isin(parents, searched)].max(axis=0, initial=0.0) > 0
-  hops = {int(m) for m in parents[named]} - set(searched)
-  return sorted((lead[m] for m in hops), key=lambda i: (-float(relevance[i]), i))
+  groups = np.asarray(groups)
+  named = np.asarray(links)[np.isin(parents, searched)].max(axis=0, initial=0.0) > 0
+  firsts = {}
+  for i, g in enumerate(groups):
+    firsts.setdefault(int(g), i)
+  hops = {firsts[int(g)] for g in np.unique(groups[named])}
+  hops = [i for i in hops if int(parents[i]) not in searched]
+  return sorted(hops, key=lambda i: (-float(relevance[i]), i))
 
 
 def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
            parents: np.ndarray, budget: float, k: Optional[int], constraints: Optional[tuple],
-           skip: Optional[np.ndarray], sent_cost=None, links: Optional[np.ndarray] = None):
+           skip: Optional[np.ndarray], sent_cost=None, links: Optional[np.ndarray] = None,
+           groups: Optional[np.ndarray] = None):
   """CORAG's top-up at sentence granularity (`fill` of the `searched` (order, gains, curve)),
   then the picks merged into the units sent (`build(order, gains, curve, budget=None)`, a
   `SelectionResult`). Sentences of one passage sent together cost less than apart (one prefix,
@@ -241,7 +247,8 @@ def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
   best, best_cost, spare = None, -1, 0.0
   for _ in range(3):
     picks = fill(*searched, costs=costs, relevance=relevance, parents=parents,
-                 budget=budget + spare, k=k, constraints=constraints, skip=skip, links=links)
+                 budget=budget + spare, k=k, constraints=constraints, skip=skip, links=links,
+                 groups=groups)
     result = build(*picks, budget=None)  # untrimmed: the whole fill, or nothing of it
     sent = result.cost if sent_cost is None else sent_cost(result)
     if sent > budget or sent <= best_cost:

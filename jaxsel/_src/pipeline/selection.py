@@ -450,6 +450,7 @@ class Pipeline:
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0), parents=c.parents,
         budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
         links=None if r.signals is None else r.signals.links,
+        groups=None if r.signals is None else r.signals.groups,
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, self.tokenizer))
 
   # -- selection -------------------------------------------------------------------------------
