@@ -156,8 +156,9 @@ def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
   `widening`: the Pipeline's CORAG widening (`PipelineConfig.widening`)."""
   examples = hop_features.load_examples(name, limit=limit)
   split = form == "split"  # documents: the titled paragraphs as strings
-  facts = supporting_spans(name, examples, "titled" if split else form)
-  enc = encoder_for(name, "titled" if split else form, base, cache)  # split: one cache with titled
+  paragraphs = "titled" if split else form  # the passages' form (and embedding cache)
+  facts = supporting_spans(name, examples, paragraphs)
+  enc = encoder_for(name, paragraphs, base, cache)
   pipe = jaxsel.Pipeline(enc, cache_size=64).replace(widening=widening)
   scorer = hops.learned_hops_builder(hops.load_hop_params(weights)) if weights else None
   pipes = {}
@@ -170,7 +171,7 @@ def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
   out = {m: {b: {k: [] for k in (*METRICS, "tokens")} for b in budgets} for m in methods}
   over, t0 = 0, time.time()
   for q, (ex, f) in enumerate(zip(examples, facts)):
-    passages = hop_features.paragraph_passages(ex, "titled" if split else form, enc.tokenizer)
+    passages = hop_features.paragraph_passages(ex, paragraphs, enc.tokenizer)
     source = [p.text for p in passages] if split else passages
     for m in methods:
       granularity = METHODS[m][2]

@@ -1,6 +1,7 @@
 """`training/granularity_eval.py` on real questions (2WikiMultihopQA and HotpotQA-hard, the
 files of ../shared/data) and the real all-MiniLM-L6-v2: a supporting fact's span in the passage
-text is its sentence, in both forms; the metrics of one selection match a hand count."""
+text is its sentence, in both forms; the metrics of one selection match a hand count; `run_set`
+keeps every selection within its budget with offsets in the sources (paragraphs or documents)."""
 
 import json
 import os
@@ -12,9 +13,14 @@ import jaxsel
 from training import granularity_eval as ge, hop_features, qa_sets
 
 
+@pytest.fixture(scope="module")
+def encoder():
+  return jaxsel.load_encoder(hop_features.ENCODER)
+
+
 @pytest.mark.parametrize("name", ["2wiki", "hotpot_hard"])
 @pytest.mark.parametrize("form", ["titled", "untitled"])
-def test_supporting_spans_are_the_labelled_sentences(name, form):
+def test_supporting_spans_are_the_labelled_sentences(name, form, encoder):
   examples = hop_features.load_examples(name, limit=5)
   raw = {}
   with open(os.path.join(qa_sets.DATA_ROOT, ge.RAW[name]), encoding="utf-8") as f:
@@ -23,7 +29,7 @@ def test_supporting_spans_are_the_labelled_sentences(name, form):
       raw[str(obj["_id"])] = obj
       if len(raw) >= 5:
         break
-  tok = jaxsel.load_encoder(hop_features.ENCODER).tokenizer
+  tok = encoder.tokenizer
   for ex, facts in zip(examples, ge.supporting_spans(name, examples, form)):
     passages = hop_features.paragraph_passages(ex, form, tok)
     context = dict((t, s) for t, s in raw[ex.id]["context"])
@@ -44,9 +50,9 @@ def _result(ex, picks, candidates):
       candidates=candidates)
 
 
-def test_question_metrics_count_whole_facts_and_paragraphs():
+def test_question_metrics_count_whole_facts_and_paragraphs(encoder):
   ex = hop_features.load_examples("2wiki", limit=1)[0]
-  tok = jaxsel.load_encoder(hop_features.ENCODER).tokenizer
+  tok = encoder.tokenizer
   passages = hop_features.paragraph_passages(ex, "untitled", tok)
   facts = ge.supporting_spans("2wiki", [ex], "untitled")[0]
   gold = [i for i, g in enumerate(ex.gold) if g]
@@ -65,12 +71,11 @@ def test_question_metrics_count_whole_facts_and_paragraphs():
 
 
 @pytest.mark.parametrize("form", ["untitled", "split"])
-def test_run_set_selects_within_the_budget_with_offsets_in_the_sources(form, tmp_path):
+def test_run_set_selects_within_the_budget_with_offsets_in_the_sources(form, tmp_path, encoder):
   """One question through the Pipeline (NaiveRAG over sentences, 128 tokens): every piece
   indexes its paragraph (run_set asserts it), nothing goes over the budget, and the metrics are
   0/1 per question; "split" hands the paragraphs over as documents."""
-  base = jaxsel.load_encoder(hop_features.ENCODER)
-  res = ge.run_set("2wiki", form, base=base, cache=str(tmp_path), limit=2, budgets=(128,),
+  res = ge.run_set("2wiki", form, base=encoder, cache=str(tmp_path), limit=2, budgets=(128,),
                    methods=("naive_s",), log=lambda *a, **k: None)
   assert res["n"] == 2 and res["over"] == 0
   row = res["per_question"]["naive_s"][128]

@@ -224,13 +224,10 @@ def _linked_leads(searched: list, parents: np.ndarray, links, groups, relevance)
   if links is None or groups is None or not searched:
     return []
   groups = np.asarray(groups)
-  named = np.asarray(links)[np.isin(parents, searched)].max(axis=0, initial=0.0) > 0
-  firsts = {}
-  for i, g in enumerate(groups):
-    firsts.setdefault(int(g), i)
-  hops = {firsts[int(g)] for g in np.unique(groups[named])}
-  hops = [i for i in hops if int(parents[i]) not in searched]
-  return sorted(hops, key=lambda i: (-float(relevance[i]), i))
+  named = (np.asarray(links)[np.isin(parents, searched)] > 0).any(axis=0)  # [N]
+  ids, firsts = np.unique(groups, return_index=True)  # each group's first sentence
+  hops = firsts[np.isin(ids, groups[named]) & ~np.isin(parents[firsts], searched)]
+  return sorted(hops.tolist(), key=lambda i: (-float(relevance[i]), i))
 
 
 def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
