@@ -43,6 +43,34 @@ def test_signals_of_three_passages():
   np.testing.assert_array_equal(s.groups, [0, 1, 2])
 
 
+def test_a_person_named_by_a_shorter_form_links():
+  """An untitled passage's lead is the full name of its first sentence; other passages name the
+  person with a middle initial, without the middle name or by a short form of the first name,
+  and link to it. The surname alone, a wrong given name or a phrase that drops the first word of
+  the lead do not; nor does a passage that writes its own lead."""
+  texts = ["John Wilhelm Brunius (1884-1937) was a Swedish actor and director.",
+           "Timothy Kevin Story (born 1970) is an American director.",
+           "En glad gutt is a 1932 film directed by John W. Brunius, starring Hauk Aabel.",
+           "Hurricane Season is a 2010 film directed by Tim Story.",
+           "Brunius and Story never met; Karl Brunius and Tom Story were others.",
+           "Meet Corliss Archer is a radio program.",
+           "Shirley Temple played Corliss Archer."]
+  s = bridge.bridge_signals("Who directed En glad gutt?", texts, range(7), [None] * 7)
+  assert s.links[2, 0] == 1 and s.links[3, 1] == 1
+  assert s.links[2, 1] == s.links[3, 0] == 0
+  assert not s.links[4].any()  # a surname alone, or after another given name
+  assert s.links[6, 5] == 0  # "Corliss Archer" is not "Meet Corliss Archer"
+  assert not s.links[0].any() and not s.links[1].any()
+  assert bridge.bridge_signals("Where was Edward Ludwig born?", ["Edward Irving Ludwig was a director."],
+                               [0], [None]).mentioned[0] == 1
+  names = bridge.ShortNames(["Edward Irving Ludwig", "Henry Ulick Lascelles"])
+  assert names.named("by Edward Ludwig and E. I. Ludwig") == {0}
+  assert names.named("Henry Lascelles, 3rd Earl", own_lead="Henry Lascelles") == set()
+  assert names.named("Henry Lascelles, 3rd Earl") == {1}
+  # A surname the case-blind search finds that lower-cases to another string is not an error.
+  assert bridge.ShortNames(["Hayato Ikeda"]).named("Prime Minister Hayato İkeda") == set()
+
+
 def test_groups_are_documents_and_sections():
   """Pieces of one document and heading are one group: they never link or share; a Markdown
   file with two headings is two groups, each with its heading as the lead entity."""

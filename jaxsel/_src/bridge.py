@@ -10,8 +10,10 @@ without needing titles from the caller:
   heading when it has one, else the text before a leading ``"Title: "`` (at most 12 words),
   else the first capitalised phrase of its first sentence;
 * `links[i, j] = 1` where passage i names the lead entity of j's group (whole words, any case,
-  a trailing parenthetical such as "(1945 film)" dropped); passages of one group never link;
-* `mentioned[j] = 1` where the query names the lead entity of j's group;
+  a trailing parenthetical such as "(1945 film)" dropped), or, for a person-like lead, a shorter
+  form of it (`ShortNames`: "John W. Brunius" for "John Wilhelm Brunius"); passages of one group
+  never link;
+* `mentioned[j] = 1` where the query names the lead entity of j's group (either way);
 * `entities[i, j]`: the capitalised phrases passages i and j (of different groups) share and
   the query does not contain, each weighted by `log(1 + groups / groups holding it)`.
 
@@ -112,6 +114,77 @@ def lead_entity(text: str, title: Optional[str] = None) -> str:
   return found[0] if found else ""
 
 
+_NAME_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*\.?")  # a word of a name, an initial's dot kept
+_SAID_CHARS = 80  # how far before a surname its given names are looked for
+
+
+def _person_like(words: list) -> bool:
+  """A lead of 2-4 capitalised words, no connector or stopword, the last not an initial."""
+  return (2 <= len(words) <= 4 and all(_NAME_WORD.fullmatch(w) and w[0].isupper() for w in words)
+          and not any(w.lower().rstrip(".") in _CONNECT | STOPWORDS for w in words)
+          and len(words[-1].rstrip(".")) >= MIN_CHARS)
+
+
+def _given_matches(said: str, given: str) -> bool:
+  """Whether a word said before a surname can stand for the given name `given`: the same name,
+  its initial ("W." for "Wilhelm"), a short form of at least 3 letters ("Tim" for "Timothy"),
+  or the full name where the lead has only the initial."""
+  said, given = said.rstrip(".").lower(), given.rstrip(".").lower()
+  if not said or not given:
+    return False
+  if said == given or (len(said) == 1 and given[0] == said) or (len(given) == 1 and said[0] == given):
+    return True
+  return len(said) >= 3 and given.startswith(said)
+
+
+class ShortNames:
+  """Finds where a text names a person-like lead entity by a shorter form: its first given
+  name, then any of its other given names in order, then its surname; each given name whole,
+  as an initial or as a short form of at least 3 letters ("John W. Brunius", "Edward Ludwig",
+  "Tim Story" for "John Wilhelm Brunius", "Edward Irving Ludwig", "Timothy Kevin Story").
+  Untitled passages take their lead from the first sentence, which gives the full name; other
+  passages name the person as people usually do. The surname alone is not enough (relatives
+  share it), nor a phrase that drops the first word ("Corliss Archer" is not "Meet Corliss
+  Archer")."""
+
+  def __init__(self, leads: Sequence[str]):
+    self.by_surname: dict = {}  # surname (lower) -> [(group, given names)]
+    for k, lead in enumerate(leads):
+      words = lead.split()
+      if _person_like(words):
+        self.by_surname.setdefault(words[-1].lower(), []).append((k, words[:-1]))
+    self.surnames = re.compile(r"(?<![\w'\u2019-])(?:" + "|".join(map(re.escape, sorted(self.by_surname)))
+                               + r")(?![\w'\u2019-])", re.IGNORECASE) if self.by_surname else None
+
+  def named(self, text: str, own_lead: str = "") -> set:
+    """The groups whose lead `text` names by a short form (not where it writes `own_lead`)."""
+    out = set()
+    for m in self.surnames.finditer(text) if self.surnames else ():
+      if not m.group()[0].isupper():
+        continue
+      before = list(_NAME_WORD.finditer(text, max(0, m.start() - _SAID_CHARS), m.start()))
+      said, end = [], m.start()  # the capitalised words just before the surname, right to left
+      for w in reversed(before[-3:]):
+        if not (w.group()[0].isupper() and text[w.end():end].isspace()) or \
+            (w.group().endswith(".") and len(w.group()) > 2):  # "Jr.", a sentence's last word
+          break
+        said.append(w.group())
+        end = w.start()
+      # .get: a match in any case may lower-case to another string ("İkeda" for "Ikeda")
+      for k, given in self.by_surname.get(m.group().lower(), ()) if said else ():
+        i, used = len(given), []
+        for w in said:  # each word said stands for an earlier given name than the one after it
+          j = next((j for j in range(i - 1, -1, -1) if _given_matches(w, given[j])), None)
+          if j is None:
+            break
+          used.append(w)
+          i = j
+        name = " ".join([*reversed(used), m.group()])
+        if used and i == 0 and name.lower() != own_lead.lower():
+          out.add(k)
+    return out
+
+
 def whole_words(phrase: str, *, case_sensitive: bool = False) -> "re.Pattern":
   """A pattern finding `phrase` as whole words, any whitespace between them (`"Paris"` does
   not match `"Parisian"`)."""
@@ -138,14 +211,19 @@ def bridge_signals(query: str, texts: Sequence[str], docs: Sequence[int],
   leads = [strip_parenthetical(lead_entity(texts[first[k]], titles[first[k]])) for k in range(g)]
   patterns = {k: whole_words(t) for k, t in enumerate(leads) if len(t) >= MIN_CHARS}
   same_lead = {k: {m for m in patterns if leads[m].lower() == leads[k].lower()} for k in patterns}
+  short = ShortNames(leads)
   names = np.zeros((n, g), np.float32)  # passage i names group k's lead
   for i, text in enumerate(texts):
     own = int(groups[i])
     for k, pat in patterns.items():
       if k != own and own not in same_lead[k] and pat.search(text):
         names[i, k] = 1.0
+    for k in short.named(text, own_lead=leads[own]):
+      if k != own and own not in same_lead.get(k, ()):
+        names[i, k] = 1.0
   links = names[:, groups]
-  mentioned = np.asarray([float(k in patterns and bool(patterns[k].search(query)))
+  in_query = short.named(query)
+  mentioned = np.asarray([float((k in patterns and bool(patterns[k].search(query))) or k in in_query)
                           for k in groups], np.float32)
   q_low = query.lower()
   q_phrases = {e.lower() for e in entities(query)}
