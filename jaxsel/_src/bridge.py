@@ -116,12 +116,13 @@ def lead_entity(text: str, title: Optional[str] = None) -> str:
 
 _NAME_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*\.?")  # a word of a name, an initial's dot kept
 _SAID_CHARS = 80  # how far before a surname its given names are looked for
+_NOT_IN_NAMES = _CONNECT | STOPWORDS
 
 
 def _person_like(words: list) -> bool:
   """A lead of 2-4 capitalised words, no connector or stopword, the last not an initial."""
   return (2 <= len(words) <= 4 and all(_NAME_WORD.fullmatch(w) and w[0].isupper() for w in words)
-          and not any(w.lower().rstrip(".") in _CONNECT | STOPWORDS for w in words)
+          and not any(w.lower().rstrip(".") in _NOT_IN_NAMES for w in words)
           and len(words[-1].rstrip(".")) >= MIN_CHARS)
 
 
