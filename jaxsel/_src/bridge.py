@@ -127,10 +127,10 @@ def _person_like(words: list) -> bool:
 
 
 def _given_matches(said: str, given: str) -> bool:
-  """Whether a word said before a surname can stand for the given name `given`: the same name,
-  its initial ("W." for "Wilhelm"), a short form of at least 3 letters ("Tim" for "Timothy"),
-  or the full name where the lead has only the initial."""
-  said, given = said.rstrip(".").lower(), given.rstrip(".").lower()
+  """Whether a word said before a surname can stand for the given name `given` (both lower
+  case, without an initial's dot): the same name, its initial ("w" for "wilhelm"), a short form
+  of at least 3 letters ("tim" for "timothy"), or the full name where the lead has only the
+  initial."""
   if not said or not given:
     return False
   if said == given or (len(said) == 1 and given[0] == said) or (len(given) == 1 and said[0] == given):
@@ -153,7 +153,8 @@ class ShortNames:
     for k, lead in enumerate(leads):
       words = lead.split()
       if _person_like(words):
-        self.by_surname.setdefault(words[-1].lower(), []).append((k, words[:-1]))
+        given = [w.rstrip(".").lower() for w in words[:-1]]
+        self.by_surname.setdefault(words[-1].lower(), []).append((k, given))
     self.surnames = re.compile(r"(?<![\w'\u2019-])(?:" + "|".join(map(re.escape, sorted(self.by_surname)))
                                + r")(?![\w'\u2019-])", re.IGNORECASE) if self.by_surname else None
 
@@ -169,13 +170,14 @@ class ShortNames:
         if not (w.group()[0].isupper() and text[w.end():end].isspace()) or \
             (w.group().endswith(".") and len(w.group()) > 2):  # "Jr.", a sentence's last word
           break
-        said.append(w.group())
+        said.append(w.group())  # as written: the name compared with `own_lead` below
         end = w.start()
+      bare = [w.rstrip(".").lower() for w in said]
       # .get: a match in any case may lower-case to another string ("İkeda" for "Ikeda")
       for k, given in self.by_surname.get(m.group().lower(), ()) if said else ():
         i, used = len(given), []
-        for w in said:  # each word said stands for an earlier given name than the one after it
-          j = next((j for j in range(i - 1, -1, -1) if _given_matches(w, given[j])), None)
+        for w, b in zip(said, bare):  # each stands for an earlier given name than the one after it
+          j = next((j for j in range(i - 1, -1, -1) if _given_matches(b, given[j])), None)
           if j is None:
             break
           used.append(w)
@@ -213,19 +215,19 @@ def bridge_signals(query: str, texts: Sequence[str], docs: Sequence[int],
   patterns = {k: whole_words(t) for k, t in enumerate(leads) if len(t) >= MIN_CHARS}
   same_lead = {k: {m for m in patterns if leads[m].lower() == leads[k].lower()} for k in patterns}
   short = ShortNames(leads)
+
+  def named(text: str, own_lead: str = "") -> set:  # the groups whose lead `text` names
+    return {k for k, pat in patterns.items() if pat.search(text)} | short.named(text, own_lead)
+
   names = np.zeros((n, g), np.float32)  # passage i names group k's lead
   for i, text in enumerate(texts):
     own = int(groups[i])
-    for k, pat in patterns.items():
-      if k != own and own not in same_lead[k] and pat.search(text):
-        names[i, k] = 1.0
-    for k in short.named(text, own_lead=leads[own]):
-      if k != own and own not in same_lead.get(k, ()):
+    for k in named(text, leads[own]):
+      if k != own and own not in same_lead[k]:
         names[i, k] = 1.0
   links = names[:, groups]
-  in_query = short.named(query)
-  mentioned = np.asarray([float((k in patterns and bool(patterns[k].search(query))) or k in in_query)
-                          for k in groups], np.float32)
+  in_query = named(query)
+  mentioned = np.asarray([float(k in in_query) for k in groups], np.float32)
   q_low = query.lower()
   q_phrases = {e.lower() for e in entities(query)}
   phrases = [{e for e in (x.lower() for x in entities(t))
