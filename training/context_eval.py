@@ -26,6 +26,8 @@ picks (tested).
 from __future__ import annotations
 
 import collections
+import functools
+import hashlib
 import json
 import os
 import time
@@ -101,10 +103,31 @@ def oracle_joint(example: QAExample, pieces, budget: float, *, level: str) -> fl
 # ----------------------------------------------------------------------------- the Pipeline path
 
 
+def source_hash(root: str) -> str:
+  """SHA-256 of the `.py` files and C++ sources under `root`, with their relative paths."""
+  h = hashlib.sha256()
+  for dirpath, dirnames, files in os.walk(root):
+    dirnames.sort()
+    for f in sorted(files):
+      if f.endswith((".py", ".cc", ".cpp", ".h")):
+        path = os.path.join(dirpath, f)
+        h.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as fh:
+          h.update(fh.read() + b"\0")
+  return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+  """`source_hash` of the jaxsel package (its native kernels' sources included): a stored run
+  is stale once the library that made it changes."""
+  return source_hash(os.path.dirname(os.path.abspath(jaxsel.__file__)))
+
+
 class RunStore:
   """Picks and timings of Pipeline runs for one question set, in a JSON file written atomically
   (resumable: questions already stored are skipped). A method's entry is kept only while its
-  settings are unchanged."""
+  settings and jaxsel's source (`code_fingerprint`) are unchanged."""
 
   FORMAT = "jaxsel-context-eval/1"
 
@@ -120,8 +143,8 @@ class RunStore:
 
   def method(self, name: str, settings: dict) -> dict:
     """The stored runs of method `name` (`{budget: {question id: {"picks", "ms"}}}`), emptied
-    when they were made with other settings."""
-    key = json.dumps(settings, sort_keys=True, default=str)
+    when they were made with other settings or by another jaxsel source."""
+    key = json.dumps({**settings, "jaxsel_source": code_fingerprint()}, sort_keys=True, default=str)
     entry = self.data["methods"].get(name)
     if entry is None or entry["settings"] != key:
       entry = self.data["methods"][name] = {"settings": key, "runs": {}}

@@ -114,6 +114,32 @@ def test_question_metrics_and_oracles():
   assert context_eval.oracle_joint(ex, pieces, 29, level="piece") == 0.0
 
 
+def test_stored_runs_are_dropped_when_settings_or_the_library_change(tmp_path, monkeypatch):
+  """A stored run is reused only with the same settings and the same jaxsel source: an
+  evaluation after a code change must not read the picks the old code made."""
+  src = tmp_path / "pkg"
+  (src / "sub").mkdir(parents=True)
+  (src / "a.py").write_text("x = 1\n")
+  (src / "sub" / "k.cc").write_text("int f();\n")
+  h0 = context_eval.source_hash(str(src))
+  (src / "notes.txt").write_text("not code")
+  assert context_eval.source_hash(str(src)) == h0
+  (src / "sub" / "k.cc").write_text("int g();\n")
+  h1 = context_eval.source_hash(str(src))
+  (src / "a.py").write_text("x = 2\n")
+  assert len({h0, h1, context_eval.source_hash(str(src))}) == 3
+
+  path = str(tmp_path / "runs.json")
+  monkeypatch.setattr(context_eval, "code_fingerprint", lambda: "v1")
+  store = context_eval.RunStore(path)
+  store.method("m", {"iterations": 15}).setdefault("256", {})["q1"] = {"picks": [], "ms": 1.0}
+  store.save()
+  assert "q1" in context_eval.RunStore(path).method("m", {"iterations": 15})["256"]
+  assert context_eval.RunStore(path).method("m", {"iterations": 30}) == {}
+  monkeypatch.setattr(context_eval, "code_fingerprint", lambda: "v2")
+  assert context_eval.RunStore(path).method("m", {"iterations": 15}) == {}
+
+
 def test_embedding_cache_round_trip(tmp_path):
   path = str(tmp_path / "e.npz")
   enc = Counting(HashEncoder())
