@@ -138,7 +138,7 @@ def markdown(report: dict, budget: int) -> list:
     cells = [f"{r[m]:.1f} ({context_eval.fmt_ci(context_eval.evaluation.Interval(**r[m + '_diff']))})"
              for m in METHODS[1:]]
     over = sum(r["over_budget"].values())
-    lines.append(f"| {hop_features.LABELS.get(name, name)} ({r['n']}; adapters {r['langchain_n']}) "
+    lines.append(f"| {hop_features.label(name)} ({r['n']}; adapters {r['langchain_n']}) "
                  f"| {form} | {r['naive']:.1f} | " + " | ".join(cells) + f" | {over} |")
   return lines
 

@@ -9,7 +9,9 @@ resumable) and scored by `context_eval.question_metrics` (a paragraph is one pie
 
 Methods (`METHODS`): NaiveRAG, the bridge scorer (the default before the learned scorer), and
 the learned second-hop scorer. For a leave-one-dataset-out row, the learned scorer's weights
-come from a model trained without that dataset (`--weights SET=path.safetensors`).
+come from a model trained without that dataset (`--weights SET=path.safetensors`). A set may
+be a JSONL file's path (`qa_sets.is_file`): a set kept outside the project, in the HotpotQA,
+2Wiki, MuSiQue or IRCoT format; the shipped weights never saw it.
 
     python training/forms_eval.py --sets hotpot_test,musique,2wiki \\
         --weights musique=out/hops/no_musique.safetensors,2wiki=out/hops/no_2wiki.safetensors
@@ -32,7 +34,7 @@ sys.path.insert(0, ROOT)
 import jaxsel  # noqa: E402
 from training.files import atomic_write, file_sha256  # noqa: E402
 from jaxsel import hop_scorer as hops  # noqa: E402
-from training import context_eval, hop_features, hop_search  # noqa: E402
+from training import context_eval, hop_features, hop_search, qa_sets  # noqa: E402
 
 BUDGETS = (128, 256, 384)
 # Candidate forms: whole paragraphs as titled / untitled `Passage`s, or "title: paragraph"
@@ -64,7 +66,7 @@ def run_set(name: str, form: str, *, base, cache: str, limit=None, weights=None,
       settings[m]["weights_sha256"] = file_sha256(path)
     pipes[m] = pipe.replace(**cfg)
   tag = "" if limit is None else f"_first{limit}"
-  store = context_eval.RunStore(os.path.join(cache, f"runs_{name}_{form}{tag}.json"))
+  store = context_eval.RunStore(os.path.join(cache, f"runs_{qa_sets.cache_tag(name)}_{form}{tag}.json"))
   t0 = time.time()
   if form == "split":
     context_eval.run_pipelines(pipes, examples, store, budgets=budgets, settings=settings)
@@ -180,7 +182,7 @@ def forms_markdown(report: dict, budgets=BUDGETS, methods_=("bridge", "hops", "l
         cells.append(f"{row[m]:.1f} ({_ci(row[m + '_diff'])})" + (
             f" [any {row[m + '_any']:.1f}, Δ {row[m + '_any_diff']['mean']:+.1f}]" if form == "split" else ""))
       naive = f"{row['naive']:.1f}" + (f" [any {row['naive_any']:.1f}]" if form == "split" else "")
-      lines.append(f"| {hop_features.LABELS.get(name, name)} ({r['n']}) | {FORM_LABELS[form]} | {naive} | "
+      lines.append(f"| {hop_features.label(name)} ({r['n']}) | {FORM_LABELS[form]} | {naive} | "
                    + " | ".join(cells) + f" | {row['oracle_room']:+.1f} |")
     lines.append("")
   return lines

@@ -27,7 +27,9 @@ shipped weights were trained on it, so pass leave-one-out weights: ``--weights
 ``musique`` (MuSiQue: gold paragraphs, no sentence labels; pass leave-one-out weights too:
 ``musique=out/gran/no_musique.safetensors``) and ``hotpot_test`` (the held-out split of
 `qa_sets`; its file keeps no sentence labels): these two give only ``aic``, ``para`` and
-``whole``.
+``whole``. A set may also be a JSONL file's path (`qa_sets.is_file`: a set kept outside the
+project); HotpotQA / 2Wiki-format lines give supporting facts, other formats ``aic``, ``para``
+and ``whole``.
 
     python -m training granularity --limit 100 --out out/gran/granularity.json \\
         --weights 2wiki=out/gran/no_2wiki.safetensors,musique=out/gran/no_musique.safetensors
@@ -50,7 +52,7 @@ sys.path.insert(0, ROOT)
 import jaxsel  # noqa: E402
 from jaxsel import hop_scorer as hops  # noqa: E402
 from training.files import atomic_write  # noqa: E402
-from training import context_eval, evaluation, hop_features, qa_sets  # noqa: E402
+from training import context_eval, evaluation, hop_features, qa, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
 SETS = ("hotpot_hard", "2wiki", "musique", "hotpot_test")
@@ -91,18 +93,27 @@ def _joined_spans(sentences) -> tuple:
 def supporting_spans(name: str, examples, form: str) -> list:
   """Per question, `[[(paragraph, start, end), ...] per supporting fact]` (a fact's sentence in
   every paragraph of its title, offsets in the passage text of `form`); None for a set without
-  sentence labels. Facts naming a sentence a paragraph does not have are left out."""
-  if name not in RAW:
+  sentence labels. Facts naming a sentence a paragraph does not have are left out. A file set
+  (`qa_sets.is_file`) has sentence labels where its lines are in the HotpotQA / 2Wiki format
+  (`context` sentences and `supporting_facts`)."""
+  if qa_sets.is_file(name):
+    path = name
+  elif name in RAW:
+    path = os.path.join(qa_sets.DATA_ROOT, RAW[name])
+  else:
     return [None] * len(examples)
   raw = {}
-  with open(os.path.join(qa_sets.DATA_ROOT, RAW[name]), encoding="utf-8") as f:
-    for line in f:
+  with open(path, encoding="utf-8") as f:
+    for line_no, line in enumerate(f, 1):  # ids as `qa.load_qa_jsonl` gives them
       if line.strip():
         obj = json.loads(line)
-        raw[str(obj["_id"])] = obj
+        raw[qa.parse_example(obj, line_no, path).id] = obj
   out = []
   for ex in examples:
     obj = raw[ex.id]
+    if "context" not in obj or "supporting_facts" not in obj:
+      out.append(None)
+      continue
     facts = []
     for title, sid in obj["supporting_facts"]:
       where = []
@@ -142,8 +153,8 @@ def question_metrics(ex, res, facts, passages) -> dict:
 def encoder_for(name: str, form: str, base, cache: str) -> CachedEncoder:
   """A `CachedEncoder` in `cache`, started from the paragraph embeddings other evaluations
   cached (`out/hops`) when there are some."""
-  path = os.path.join(cache, f"emb_{name}_{form}.npz")
-  seed = os.path.join(hop_features.CACHE, f"emb_{name}_{form}.npz")
+  path = os.path.join(cache, f"emb_{qa_sets.cache_tag(name)}_{form}.npz")
+  seed = os.path.join(hop_features.CACHE, os.path.basename(path))
   if not os.path.exists(path) and os.path.exists(seed):
     os.makedirs(cache, exist_ok=True)
     shutil.copyfile(seed, path)
@@ -228,7 +239,7 @@ def markdown(report: dict) -> list:
           continue
         c = row[k]
         d = evaluation.Interval(**c["default_s_diff"])
-        lines.append(f"| {LABELS.get(name, name)} ({r['n']}) | {form} | {b} | "
+        lines.append(f"| {LABELS.get(name) or qa_sets.label(name)} ({r['n']}) | {form} | {b} | "
                      f"{names[k]} | {c['naive_p']:.1f} | {c['naive_s']:.1f} | {c['default_p']:.1f}"
                      f" | {c['default_s']:.1f} | {context_eval.fmt_ci(d)} |")
   return lines
@@ -257,8 +268,9 @@ def main(argv=None) -> int:
       key = f"{name}:{form}"
       if key in report and report[key]["n"] == args.limit and \
           report[key]["weights"] == weights.get(name, "shipped") and \
-          report[key].get("widening", 0.0) == args.widening:
-        continue  # already run: resumable
+          report[key].get("widening", 0.0) == args.widening and \
+          report[key].get("jaxsel_source") == context_eval.code_fingerprint():
+        continue  # already run by this jaxsel source: resumable
       methods = tuple(args.methods.split(","))
       res = run_set(name, form, base=base, cache=args.cache, limit=args.limit,
                     weights=weights.get(name), methods=methods, widening=args.widening)
@@ -269,6 +281,7 @@ def main(argv=None) -> int:
       res["per_question"] = {m: {str(b): v for b, v in per.items()}
                              for m, per in res["per_question"].items()}
       res["widening"] = args.widening
+      res["jaxsel_source"] = context_eval.code_fingerprint()
       report[key] = res
       res["summary"] = summary({"per_question": {m: {int(b): v for b, v in per.items()}
                                                  for m, per in res["per_question"].items()}})

@@ -67,7 +67,7 @@ class Features(NamedTuple):
 
 def encoder_for(name: str, form: str, *, cache: str = CACHE, base=None) -> CachedEncoder:
   base = base if base is not None else jaxsel.load_encoder(ENCODER)
-  return CachedEncoder(base, os.path.join(cache, f"emb_{name}_{form}.npz"))
+  return CachedEncoder(base, os.path.join(cache, f"emb_{qa_sets.cache_tag(name)}_{form}.npz"))
 
 
 def features(examples: Sequence[QAExample], form: str, enc, *, progress: bool = False) -> list:
@@ -101,9 +101,14 @@ HARD = os.path.join("train", "hotpotqa_hard", "train.jsonl")
 LABELS = {**qa_sets.LABELS, "hotpot_hard": "HotpotQA hard (train)"}
 
 
+def label(name: str) -> str:
+  """The set's name in tables (`LABELS`; a file set's file name)."""
+  return LABELS.get(name) or qa_sets.label(name)
+
+
 def load_examples(name: str, *, limit: Optional[int] = None) -> list:
-  """The examples of `name`: a `qa_sets` set, or `"hotpot_hard"` (992 hard HotpotQA training
-  questions of `train/hotpotqa_hard`, training only)."""
+  """The examples of `name`: a `qa_sets` set (or a JSONL file's path), or `"hotpot_hard"` (992
+  hard HotpotQA training questions of `train/hotpotqa_hard`, training only)."""
   if name == "hotpot_hard":
     return qa.load_qa_jsonl(os.path.join(qa_sets.DATA_ROOT, HARD), limit=limit)
   return qa_sets.load_set(name, limit=limit)

@@ -49,7 +49,8 @@ def _join_sentences(sentences) -> str:
   return out.strip()
 
 
-def _parse(obj: dict, line_no: int, path: str) -> QAExample:
+def parse_example(obj: dict, line_no: int, path: str) -> QAExample:
+  """One JSONL line `obj` (line `line_no` of `path`) as a `QAExample`; see `load_qa_jsonl`."""
   where = f"{path}:{line_no}"
   if "context" in obj and "supporting_facts" in obj:  # HotpotQA / 2WikiMultihopQA original format
     qid, question = str(obj.get("_id", line_no)), obj["question"]
@@ -112,7 +113,7 @@ def load_qa_jsonl(path: str, *, limit: Optional[int] = None) -> list:
         obj = json.loads(line)
       except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{i}: not valid JSON ({e}).") from None
-      ex = _parse(obj, i, path)
+      ex = parse_example(obj, i, path)
       if ex.id in seen:
         raise ValueError(f"{path}:{i}: duplicate question id {ex.id!r}.")
       seen.add(ex.id)

@@ -81,3 +81,37 @@ def test_run_set_selects_within_the_budget_with_offsets_in_the_sources(form, tmp
   row = res["per_question"]["naive_s"][128]
   assert all(v in (0.0, 1.0) for k in ("sf", "para", "whole") for v in row[k])
   assert all(0 < t <= 128 for t in row["tokens"])
+
+
+def test_a_set_kept_outside_the_project_runs_from_its_file(tmp_path, encoder):
+  """A JSONL file's path is a set: the first two 2Wiki questions copied to another folder give
+  the same examples, supporting facts and selections as the built-in set; a MuSiQue-format
+  file has no sentence labels; a name that is neither a set nor a file is refused, naming both."""
+  src = os.path.join(qa_sets.DATA_ROOT, qa_sets.FILES["2wiki"])
+  with open(src, encoding="utf-8") as f:
+    lines = [next(f) for _ in range(2)]
+  path = tmp_path / "outside" / "other-set.jsonl"
+  path.parent.mkdir()
+  path.write_text("".join(lines), encoding="utf-8")
+  name = str(path)
+  assert qa_sets.is_file(name) and not qa_sets.is_file("2wiki")
+  assert qa_sets.label(name) == "other-set" and hop_features.label(name) == "other-set"
+  assert qa_sets.cache_tag(name).startswith("other-set-") and qa_sets.cache_tag("2wiki") == "2wiki"
+  assert qa_sets.cache_tag(name) != qa_sets.cache_tag(str(tmp_path / "other-set.jsonl"))
+  ours, theirs = hop_features.load_examples("2wiki", limit=2), hop_features.load_examples(name)
+  assert ours == theirs
+  assert ge.supporting_spans(name, theirs, "untitled") == ge.supporting_spans("2wiki", ours, "untitled")
+  kw = dict(base=encoder, cache=str(tmp_path / "cache"), limit=2, budgets=(128,),
+            methods=("naive_s",), log=lambda *a, **k: None)
+  a, b = ge.run_set("2wiki", "untitled", **kw), ge.run_set(name, "untitled", **kw)
+  assert a["per_question"] == b["per_question"]
+  assert sorted(os.listdir(tmp_path / "cache")) == sorted(
+      ["emb_2wiki_untitled.npz", f"emb_{qa_sets.cache_tag(name)}_untitled.npz"])
+
+  musique = tmp_path / "m.jsonl"
+  with open(os.path.join(qa_sets.DATA_ROOT, qa_sets.FILES["musique"]), encoding="utf-8") as f:
+    musique.write_text(next(f), encoding="utf-8")
+  ex = hop_features.load_examples(str(musique))
+  assert len(ex) == 1 and ge.supporting_spans(str(musique), ex, "untitled") == [None]
+  with pytest.raises(ValueError, match="JSONL file"):
+    hop_features.load_examples("other_set")
