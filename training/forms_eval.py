@@ -203,6 +203,9 @@ def main(argv=None) -> int:
                       f"questions (untitled, 256 tokens) to FILE, the test's reference ({REFERENCE})")
   p.add_argument("--per-question", default=None, metavar="FILE.npz",
                  help="also write each question's strict joint recall (`SET:FORM:BUDGET:METHOD` arrays)")
+  p.add_argument("--against", default=None, metavar="FILE.npz",
+                 help="an earlier run's --per-question file (e.g. at another commit): print each "
+                      "method's paired difference per set, form and budget (questions gained / lost)")
   p.add_argument("--batched", action="store_true",
                  help="whole-paragraph forms through the batched compiled solve (hop_search)")
   args = p.parse_args(argv)
@@ -239,7 +242,28 @@ def main(argv=None) -> int:
     buf = io.BytesIO()
     np.savez(buf, **per)
     atomic_write(args.per_question, buf.getvalue())
+  if args.against:
+    print("\n".join(paired_lines(per, dict(np.load(args.against)))))
   return 0
+
+
+def paired_lines(now: dict, before: dict) -> list:
+  """Markdown rows comparing two `--per-question` runs key by key (`SET:FORM:BUDGET:METHOD`,
+  the keys both have, same questions): means, questions gained and lost, paired 95% CI."""
+  lines = ["| set | form | budget | method | before | now | gained / lost | Δ [95% CI] |",
+           "|---|---|---|---|---:|---:|---|---|"]
+  for key in now:
+    if key not in before:
+      continue
+    a, b = np.asarray(now[key], float), np.asarray(before[key], float)
+    if a.shape != b.shape:
+      raise ValueError(f"--against: {key} has {b.shape[0]} questions there, {a.shape[0]} here; "
+                       f"run both with the same --limit.")
+    name, form, budget, m = key.split(":")
+    lines.append(f"| {hop_features.label(name)} | {form} | {budget} | {m} | {b.mean() * 100:.1f} | "
+                 f"{a.mean() * 100:.1f} | +{int((a > b).sum())} / -{int((a < b).sum())} | "
+                 f"{context_eval.fmt_ci(context_eval.ci(a, b))} |")
+  return lines
 
 
 if __name__ == "__main__":
