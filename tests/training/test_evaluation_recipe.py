@@ -188,3 +188,16 @@ def test_cross_dataset_choice_and_agent_labels():
   joint = np.array([[[1, 0]], [[0, 1]], [[1, 1]]], float).transpose(0, 2, 1)  # [Q=3, K=2, B=1]
   recall = np.array([[[1, .5]], [[.5, 1]], [[1, 1]]], float).transpose(0, 2, 1)
   assert agent_eval.labels(joint, recall).tolist() == [0, 1, 0]
+
+
+def test_forms_eval_against_an_earlier_run_counts_gains_and_losses():
+  from training import forms_eval
+  before = {"2wiki:untitled:256:learned_hops": np.array([1, 0, 0, 1], np.float32),
+            "2wiki:untitled:256:naive": np.array([0, 0, 0, 0], np.float32)}
+  now = {"2wiki:untitled:256:learned_hops": np.array([1, 1, 1, 0], np.float32),
+         "musique:titled:128:naive": np.array([1.0], np.float32)}  # not in `before`: left out
+  lines = forms_eval.paired_lines(now, before)
+  assert len(lines) == 3
+  assert lines[2].startswith("| 2Wiki | untitled | 256 | learned_hops | 50.0 | 75.0 | +2 / -1 | +25.0 [")
+  with pytest.raises(ValueError, match="same --limit"):
+    forms_eval.paired_lines({"2wiki:untitled:256:naive": np.zeros(3)}, before)
