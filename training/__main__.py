@@ -5,6 +5,7 @@
     python -m training forms ...           # candidate forms (titled, untitled, split)
     python -m training answers ...         # answers a generator gives from each context
     python -m training granularity ...     # whole paragraphs or their sentences, one budget
+    python -m training agent-menu ...      # the agent over granularity, scorer and iterations
     python -m training latency ...         # select latency with cached embeddings
     python -m training features ...        # embed and cache whole-paragraph features
     python -m training label ...           # label questions for the configuration agent
@@ -30,6 +31,7 @@ COMMANDS = {
     "forms": "forms_eval",
     "answers": "evaluate_answers",
     "granularity": "granularity_eval",
+    "agent-menu": "agent_menu",
     "latency": "hop_latency",
     "features": "hop_features",
     "label": "label_queries",
