@@ -139,7 +139,7 @@ def _requests(data: dict):
 
 def per_question(values: np.ndarray, question: np.ndarray) -> np.ndarray:
   """The mean of each question's requests."""
-  ids, inv = np.unique(question, return_inverse=True)
+  _, inv = np.unique(question, return_inverse=True)
   return np.bincount(inv, weights=values) / np.bincount(inv)
 
 
@@ -197,6 +197,7 @@ def evaluate(data: dict, *, dim: int, epochs: int = 60, n_resamples: int = 10_00
 
 
 def markdown(rows: dict) -> list:
+  """The table of `evaluate`'s rows (answer in context, %)."""
   lines = ["| held out (questions) | agent | best fixed (on training) | default | Δ agent − fixed [CI] "
            "| Δ agent − default [CI] | menu oracle | agent's choices |",
            "|---|---|---|---|---|---|---|---|"]
@@ -211,6 +212,7 @@ def markdown(rows: dict) -> list:
 
 
 def evaluation_interval(d: dict) -> str:
+  """`mean [low, high]` of a stored `evaluation.Interval`."""
   return context_eval.fmt_ci(context_eval.evaluation.Interval(**d))
 
 
