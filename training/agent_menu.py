@@ -28,7 +28,6 @@ CIs over questions; the menu oracle (the best entry per request) is the ceiling 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -42,7 +41,7 @@ sys.path.insert(0, ROOT)
 import jaxsel  # noqa: E402
 from jaxsel import hop_scorer as hops  # noqa: E402
 from training import agent_eval, context_eval, granularity_eval as ge, hop_features  # noqa: E402
-from training.files import atomic_write  # noqa: E402
+from training.files import atomic_savez, atomic_write  # noqa: E402
 
 # (granularity, scorer, iterations); the first is Pipeline(enc)'s default.
 MENU = tuple((g, s, it) for it in (15, 45) for s in ("learned_hops", "bridge")
@@ -117,9 +116,7 @@ def outcomes(name: str, *, base, cache: str, limit, weights=None, embeddings: st
   data["features"] = np.concatenate([r["features"] for r in runs], axis=1)  # [Q, R, F]
   data["query"] = runs[0]["query"]
   os.makedirs(cache, exist_ok=True)
-  buf = io.BytesIO()
-  np.savez(buf, stamp=np.asarray(stamp), **data)
-  atomic_write(path, buf.getvalue())
+  atomic_savez(path, stamp=np.asarray(stamp), **data)
   return data
 
 
@@ -202,18 +199,12 @@ def markdown(rows: dict) -> list:
            "| Δ agent − default [CI] | menu oracle | agent's choices |",
            "|---|---|---|---|---|---|---|---|"]
   for name, r in rows.items():
-    fx = evaluation_interval(r["vs_fixed"])
-    dv = evaluation_interval(r["vs_default"])
     choices = ", ".join(f"{k} {v}" for k, v in r.get("choices", {}).items() if v)
     lines.append(f"| {name} ({len(r['agent'])}) | {r['agent'].mean() * 100:.1f} | "
                  f"{r['fixed'].mean() * 100:.1f} ({r['fixed_name']}) | {r['default'].mean() * 100:.1f} | "
-                 f"{fx} | {dv} | {r['oracle'].mean() * 100:.1f} | {choices} |")
+                 f"{context_eval.fmt_ci(r['vs_fixed'])} | {context_eval.fmt_ci(r['vs_default'])} | "
+                 f"{r['oracle'].mean() * 100:.1f} | {choices} |")
   return lines
-
-
-def evaluation_interval(d: dict) -> str:
-  """`mean [low, high]` of a stored `evaluation.Interval`."""
-  return context_eval.fmt_ci(context_eval.evaluation.Interval(**d))
 
 
 def main(argv=None) -> int:

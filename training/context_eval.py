@@ -277,7 +277,10 @@ def ci(a, b, *, n_resamples: int = 10_000) -> evaluation.Interval:
   return evaluation.Interval(r.mean * 100, r.low * 100, r.high * 100)
 
 
-def fmt_ci(r: evaluation.Interval) -> str:
+def fmt_ci(r) -> str:
+  """`mean [low, high]` of an `evaluation.Interval`, or of its `_asdict()` as reports keep it."""
+  if isinstance(r, dict):
+    r = evaluation.Interval(**r)
   return f"{r.mean:+.1f} [{r.low:+.1f}, {r.high:+.1f}]"
 
 

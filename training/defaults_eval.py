@@ -135,7 +135,7 @@ def markdown(report: dict, budget: int) -> list:
            "Haystack Δ | over budget |", "|---" * 8 + "|"]
   for key, r in report.items():
     name, form = key.split(":")
-    cells = [f"{r[m]:.1f} ({context_eval.fmt_ci(context_eval.evaluation.Interval(**r[m + '_diff']))})"
+    cells = [f"{r[m]:.1f} ({context_eval.fmt_ci(r[m + '_diff'])})"
              for m in METHODS[1:]]
     over = sum(r["over_budget"].values())
     lines.append(f"| {hop_features.label(name)} ({r['n']}; adapters {r['langchain_n']}) "

@@ -238,10 +238,6 @@ def run_agent(ws: Workspace, budgets) -> dict:
 # ----------------------------------------------------------------------------- markdown
 
 
-def _ci(d: dict) -> str:
-  return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
-
-
 def _set_label(s: str) -> str:
   base, _, variant = s.partition(":")
   return qa_sets.LABELS[base] + (" (no titles)" if variant else "")
@@ -260,17 +256,17 @@ def tables_markdown(res: dict, budgets) -> list:
     lines += [f"#### Budget {b} tokens: joint recall % (Δ vs NaiveRAG [95% paired bootstrap CI])", "", head, sep]
     methods = [m for m in res[sets[0]][b] if not m.startswith("oracle")]
     for m in methods:
-      cells = [f"{res[s][b][m]['joint']:.1f}" + (f" ({_ci(res[s][b][m]['joint_diff'])})" if m != "naive" else "")
+      cells = [f"{res[s][b][m]['joint']:.1f}" + (f" ({context_eval.fmt_ci(res[s][b][m]['joint_diff'])})" if m != "naive" else "")
                for s in sets]
       lines.append(f"| {_label(m)} | " + " | ".join(cells) + " |")
     for level in ("paragraph", "piece"):
       k = f"oracle_{level}"
       lines.append(f"| oracle ({level}) | " + " | ".join(
-          f"{res[s][b][k]['joint']:.1f} ({_ci(res[s][b][k]['joint_diff'])})" for s in sets) + " |")
+          f"{res[s][b][k]['joint']:.1f} ({context_eval.fmt_ci(res[s][b][k]['joint_diff'])})" for s in sets) + " |")
     if "default" in methods:
       for k, name in (("strict", "strict joint"), ("recall", "recall"), ("aic", "answer in context")):
         lines.append(f"| {name}, NaiveRAG → default | " + " | ".join(
-            f"{res[s][b]['naive'][k]:.1f} → {res[s][b]['default'][k]:.1f} ({_ci(res[s][b]['default'][k + '_diff'])})"
+            f"{res[s][b]['naive'][k]:.1f} → {res[s][b]['default'][k]:.1f} ({context_eval.fmt_ci(res[s][b]['default'][k + '_diff'])})"
             for s in sets) + " |")
       lines.append("| tokens, NaiveRAG / default | " + " | ".join(
           f"{res[s][b]['naive']['tokens']:.0f} / {res[s][b]['default']['tokens']:.0f}" for s in sets) + " |")
@@ -306,7 +302,7 @@ def crossval_markdown(cv: dict, budgets) -> list:
   for r in cv["rows"]:
     lines.append(f"| {r['held_out']} ({r['n']}) | {r['chosen']} | "
                  + "/".join(f"{r['naive'][b]:.1f}" for b in budgets) + " | "
-                 + " | ".join(_ci(r["gain"][b]) for b in budgets) + " | "
+                 + " | ".join(context_eval.fmt_ci(r["gain"][b]) for b in budgets) + " | "
                  + "/".join(f"{r['default_gain'][b]['mean']:+.1f}" for b in budgets)
                  + f" | {r['own_best']} ({r['own_best_mean']:+.1f} vs chosen {r['chosen_mean']:+.1f}) |")
   return lines
@@ -320,7 +316,7 @@ def notitle_markdown(res: dict, budgets) -> list:
     ml = "/".join(f"{r[b]['mentions_links']['joint_diff']['mean']:+.1f}" for b in budgets) \
         if "mentions_links" in r[budgets[0]] else "–"
     lines.append(f"| {_set_label(s)} ({r['n']}) | " + "/".join(f"{r[b]['naive']['joint']:.1f}" for b in budgets)
-                 + f" | {ml} | " + " | ".join(_ci(r[b]['default']['joint_diff']) for b in budgets) + " |")
+                 + f" | {ml} | " + " | ".join(context_eval.fmt_ci(r[b]['default']['joint_diff']) for b in budgets) + " |")
   return lines
 
 
@@ -330,12 +326,12 @@ def agent_markdown(ag: dict, budgets) -> list:
            "|---|---|---|---|---|---|---|---|"]
   for r in ag["folds"]:
     lines.append(f"| {r['held_out']} ({r['n']}) | {r['agent']:.1f} | {r['default_joint']:.1f} | "
-                 f"{r['fixed']}: {r['fixed_joint']:.1f} | {_ci(r['vs_fixed'])} | {r['oracle']:.1f} | "
+                 f"{r['fixed']}: {r['fixed_joint']:.1f} | {context_eval.fmt_ci(r['vs_fixed'])} | {r['oracle']:.1f} | "
                  f"{r['accuracy']:.1f} vs {r['majority_accuracy']:.1f} ({r['majority']}) | {r['non_default']:.1f}% |")
   p = ag["lodo"]
   lines.append(f"| **pooled, leave one dataset out** ({p['n']}) | {p['agent']:.1f} | {p['default']:.1f} "
-               f"(Δ agent − default {_ci(p['vs_default'])}) | {p['fixed']:.1f} | {_ci(p['vs_fixed'])} | "
-               f"{p['oracle']:.1f} ({_ci(p['oracle_vs_fixed'])}) | "
+               f"(Δ agent − default {context_eval.fmt_ci(p['vs_default'])}) | {p['fixed']:.1f} | {context_eval.fmt_ci(p['vs_fixed'])} | "
+               f"{p['oracle']:.1f} ({context_eval.fmt_ci(p['oracle_vs_fixed'])}) | "
                f"{p['accuracy']:.1f} vs {p['majority_accuracy']:.1f} | |")
   return lines
 
@@ -421,7 +417,7 @@ def notes(report: dict) -> list:
   if "hotpot_test" in t and 256 in t["hotpot_test"] and "default" in t["hotpot_test"][256]:
     h = t["hotpot_test"]
     out.append("- Goal 1 (≥ +10 points of joint recall over NaiveRAG): the default gains "
-               + ", ".join(f"{_ci(h[b]['default']['joint_diff'])} at {b}" for b in report["budgets"] if b in h)
+               + ", ".join(f"{context_eval.fmt_ci(h[b]['default']['joint_diff'])} at {b}" for b in report["budgets"] if b in h)
                + " on HotpotQA test; see the tables for the other sets and the cross-dataset rows for "
                "sets the configuration was not chosen on.")
   if "2wiki" in t and 256 in t["2wiki"]:
@@ -445,9 +441,9 @@ def notes(report: dict) -> list:
            and p["accuracy"] >= p["majority_accuracy"] + 10)
     text = (f"- Goal 2 (agent ≥ best fixed + 2 points, CI above 0; scorer accuracy ≥ majority + 10): "
             f"{'met' if met else 'not met'}. Pooled over the held-out datasets the agent gets "
-            f"{_ci(p['vs_fixed'])} points against the best fixed configuration, and its accuracy is "
+            f"{context_eval.fmt_ci(p['vs_fixed'])} points against the best fixed configuration, and its accuracy is "
             f"{p['accuracy']:.1f}% against {p['majority_accuracy']:.1f}% for always predicting the majority "
-            f"label. A perfect per-question choice over this menu would add {_ci(p['oracle_vs_fixed'])} points.")
+            f"label. A perfect per-question choice over this menu would add {context_eval.fmt_ci(p['oracle_vs_fixed'])} points.")
     if "crossval" in report:
       chosen = sorted({r["chosen"] for r in report["crossval"]["rows"]})
       text += (" The cross-dataset rule chose " + (f"the same configuration ({chosen[0]}) on every fold."

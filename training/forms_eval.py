@@ -20,7 +20,6 @@ be a JSONL file's path (`qa_sets.is_file`): a set kept outside the project, in t
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from training.files import atomic_write, file_sha256  # noqa: E402
+from training.files import atomic_savez, atomic_write, file_sha256  # noqa: E402
 from jaxsel import hop_scorer as hops  # noqa: E402
 from training import context_eval, hop_features, hop_search, qa_sets  # noqa: E402
 
@@ -158,10 +157,6 @@ def summary(res: dict, budgets=BUDGETS, *, n_resamples: int = 10_000) -> dict:
   return out
 
 
-def _ci(d: dict) -> str:
-  return f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
-
-
 def forms_markdown(report: dict, budgets=BUDGETS, methods_=("bridge", "hops", "learned_hops")) -> list:
   """One table per budget: a row per (set, candidate form); strict joint recall (every gold
   paragraph picked whole) with Δ vs NaiveRAG [95% paired bootstrap CI], any-piece beside it."""
@@ -179,7 +174,7 @@ def forms_markdown(report: dict, budgets=BUDGETS, methods_=("bridge", "hops", "l
         if m not in row:
           cells.append("–")
           continue
-        cells.append(f"{row[m]:.1f} ({_ci(row[m + '_diff'])})" + (
+        cells.append(f"{row[m]:.1f} ({context_eval.fmt_ci(row[m + '_diff'])})" + (
             f" [any {row[m + '_any']:.1f}, Δ {row[m + '_any_diff']['mean']:+.1f}]" if form == "split" else ""))
       naive = f"{row['naive']:.1f}" + (f" [any {row['naive_any']:.1f}]" if form == "split" else "")
       lines.append(f"| {hop_features.label(name)} ({r['n']}) | {FORM_LABELS[form]} | {naive} | "
@@ -234,14 +229,12 @@ def main(argv=None) -> int:
       for b in budgets:
         r = s[b]
         print(f"{name:12s} {form:8s} B={b}: naive {r['naive']:.1f} room {r['oracle_room']:+.1f} | " + " | ".join(
-            f"{m} {r[m]:.1f} ({context_eval.fmt_ci(context_eval.evaluation.Interval(**r[m + '_diff']))})"
+            f"{m} {r[m]:.1f} ({context_eval.fmt_ci(r[m + '_diff'])})"
             for m in args.methods.split(",") if m != "naive"), flush=True)
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   atomic_write(args.out, json.dumps(report, indent=1).encode("utf-8"))
   if args.per_question:
-    buf = io.BytesIO()
-    np.savez(buf, **per)
-    atomic_write(args.per_question, buf.getvalue())
+    atomic_savez(args.per_question, **per)
   if args.against:
     print("\n".join(paired_lines(per, dict(np.load(args.against)))))
   return 0

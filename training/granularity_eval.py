@@ -238,10 +238,9 @@ def markdown(report: dict) -> list:
         if k not in row:
           continue
         c = row[k]
-        d = evaluation.Interval(**c["default_s_diff"])
         lines.append(f"| {LABELS.get(name) or qa_sets.label(name)} ({r['n']}) | {form} | {b} | "
                      f"{names[k]} | {c['naive_p']:.1f} | {c['naive_s']:.1f} | {c['default_p']:.1f}"
-                     f" | {c['default_s']:.1f} | {context_eval.fmt_ci(d)} |")
+                     f" | {c['default_s']:.1f} | {context_eval.fmt_ci(c['default_s_diff'])} |")
   return lines
 
 
