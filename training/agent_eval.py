@@ -56,7 +56,12 @@ def outcomes(stores, examples, sets: Sequence[str], *, menu=MENU, budgets=contex
 def labels(joint: np.ndarray, recall: np.ndarray, *, default: int = 0) -> np.ndarray:
   """`[Q]` index of each question's best menu entry (10·joint + recall summed over budgets);
   ties go to `default`, then to the earlier entry."""
-  score = (10 * joint + recall).sum(axis=2)  # [Q, K]
+  return best_entries((10 * joint + recall).sum(axis=2), default=default)
+
+
+def best_entries(score: np.ndarray, *, default: int) -> np.ndarray:
+  """`[Q]` index of each row's best entry of `score [Q, K]`; ties go to `default`, then to the
+  earlier entry."""
   best = score.max(axis=1, keepdims=True)
   top = score >= best - 1e-9
   return np.where(top[:, default], default, np.argmax(top, axis=1)).astype(np.int32)

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -39,7 +38,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from jaxsel import hop_scorer as hops  # noqa: E402
 from training import agent_eval, context_eval, granularity_eval as ge, hop_features  # noqa: E402
 from training.files import atomic_savez, atomic_write  # noqa: E402
 
@@ -65,36 +63,22 @@ def request_features(passages, budget: float, titled: bool) -> np.ndarray:
 
 
 def run_set(name: str, form: str, *, base, cache: str, limit, weights=None, log=print) -> dict:
-  """Every menu entry on every request of set `name` in `form`: `{metric: [Q, K, B]}`, the query
-  embeddings `[Q, D]` and request features `[Q, B, F]`."""
+  """Every menu entry on every request of set `name` in `form` (`granularity_eval.run_set`):
+  `{metric: [Q, K, B]}`, the query embeddings `[Q, D]` and request features `[Q, B, F]`."""
+  menu = {n: ({"method": "corag", "corag_scorer": s, "iterations": it}, g)
+          for n, (g, s, it) in zip(NAMES, MENU)}
+  res = ge.run_set(name, form, base=base, cache=cache, limit=limit, weights=weights, menu=menu,
+                   log=log)
+  if res["over"]:
+    raise AssertionError(f"{name} {form}: {res['over']} selections over their budget")
+  per = res["per_question"]
+  out = {m: np.asarray([[per[n][b][m] for b in BUDGETS] for n in NAMES], np.float32).transpose(2, 0, 1)
+         for m in METRICS}  # [Q, K, B]
   examples = hop_features.load_examples(name, limit=limit)
-  facts = ge.supporting_spans(name, examples, form)
   enc = ge.encoder_for(name, form, base, cache)
-  pipe = jaxsel.Pipeline(enc, cache_size=64)
-  learned = hops.learned_hops_builder(hops.load_hop_params(weights)) if weights else "learned_hops"
-  pipes = [pipe.replace(method="corag", corag_scorer=learned if s == "learned_hops" else s,
-                        iterations=it) for _, s, it in MENU]
-  q_n, k_n, b_n = len(examples), len(MENU), len(BUDGETS)
-  out = {m: np.full((q_n, k_n, b_n), np.nan, np.float32) for m in METRICS}
-  feats = np.zeros((q_n, b_n, len(REQUEST_FEATURES)), np.float32)
-  t0 = time.time()
-  for q, (ex, f) in enumerate(zip(examples, facts)):
-    passages = hop_features.paragraph_passages(ex, form, enc.tokenizer)
-    for j, b in enumerate(BUDGETS):
-      feats[q, j] = request_features(passages, b, form == "titled")
-      for k, (g, _, _) in enumerate(MENU):
-        res = pipes[k].select(ex.question, passages, budget=b, granularity=g)
-        row = ge.question_metrics(ex, res, f, passages)
-        if row["tokens"] > b:
-          raise AssertionError(f"{name} {form} {NAMES[k]}: {row['tokens']} tokens over {b}")
-        for m in METRICS:
-          out[m][q, k, j] = row[m]
-    if q % 25 == 24:
-      enc.save()
-      log(f"  {name} {form}: {q + 1} questions, {time.time() - t0:.0f}s", flush=True)
-  enc.save()
+  feats = np.asarray([[request_features(hop_features.paragraph_passages(ex, form, enc.tokenizer), b,
+                                        form == "titled") for b in BUDGETS] for ex in examples])
   query = enc.encode([ex.question for ex in examples], prompt_name="query")
-  log(f"{name} {form}: {q_n} questions in {time.time() - t0:.0f}s", flush=True)
   return {**out, "query": np.asarray(query, np.float32), "features": feats}
 
 
@@ -148,9 +132,7 @@ def fold(train: list, test: dict, *, dim: int, epochs: int = 60, seed: int = 0,
   score = np.concatenate([p[1] for p in parts])
   aic = np.concatenate([p[2] for p in parts])
   fixed = int(np.argmax(aic.mean(axis=0)))
-  best = score.max(axis=1, keepdims=True)
-  top = score >= best - 1e-9
-  label = np.where(top[:, fixed], fixed, np.argmax(top, axis=1)).astype(np.int32)
+  label = agent_eval.best_entries(score, default=fixed)
   mu, sd = x[:, dim:].mean(axis=0), x[:, dim:].std(axis=0) + 1e-6
 
   def inputs(a):

@@ -162,9 +162,12 @@ def encoder_for(name: str, form: str, base, cache: str) -> CachedEncoder:
 
 
 def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
-            budgets=BUDGETS, methods=tuple(METHODS), log=print, widening: float = 0.0) -> dict:
+            budgets=BUDGETS, methods=tuple(METHODS), log=print, widening: float = 0.0,
+            menu=None) -> dict:
   """`{method: {budget: {metric: [Q]}}}`, `n` and `over` (selections above their budget).
-  `widening`: the Pipeline's CORAG widening (`PipelineConfig.widening`)."""
+  `widening`: the Pipeline's CORAG widening (`PipelineConfig.widening`). `menu`: other
+  configurations than `METHODS`, `{name: (Pipeline settings, granularity)}`; with `weights`, a
+  CORAG search with the learned scorer (the default's) uses those weights."""
   examples = hop_features.load_examples(name, limit=limit)
   split = form == "split"  # documents: the titled paragraphs as strings
   paragraphs = "titled" if split else form  # the passages' form (and embedding cache)
@@ -172,22 +175,23 @@ def run_set(name: str, form: str, *, base, cache: str, limit, weights=None,
   enc = encoder_for(name, paragraphs, base, cache)
   pipe = jaxsel.Pipeline(enc, cache_size=64).replace(widening=widening)
   scorer = hops.learned_hops_builder(hops.load_hop_params(weights)) if weights else None
-  pipes = {}
-  for m in methods:
-    method = METHODS[m][1]
-    if method is None and scorer is not None:  # the default, with leave-one-out weights
-      pipes[m] = pipe.replace(method="corag", corag_scorer=scorer)
-    else:
-      pipes[m] = pipe.replace(method=method)
-  out = {m: {b: {k: [] for k in (*METRICS, "tokens")} for b in budgets} for m in methods}
+  if menu is None:
+    menu = {m: ({"method": METHODS[m][1]}, METHODS[m][2]) for m in methods}
+  pipes, granularity = {}, {}
+  for m, (settings, granularity[m]) in menu.items():
+    settings = dict(settings)
+    learned = settings.get("corag_scorer", pipe.config.corag_scorer) == "learned_hops"
+    if scorer is not None and settings.get("method") in (None, "corag") and learned:
+      settings.update(method="corag", corag_scorer=scorer)  # leave-one-out weights
+    pipes[m] = pipe.replace(**settings)
+  out = {m: {b: {k: [] for k in (*METRICS, "tokens")} for b in budgets} for m in menu}
   over, t0 = 0, time.time()
   for q, (ex, f) in enumerate(zip(examples, facts)):
     passages = hop_features.paragraph_passages(ex, paragraphs, enc.tokenizer)
     source = [p.text for p in passages] if split else passages
-    for m in methods:
-      granularity = METHODS[m][2]
+    for m in menu:
       for b in budgets:
-        res = pipes[m].select(ex.question, source, budget=b, granularity=granularity)
+        res = pipes[m].select(ex.question, source, budget=b, granularity=granularity[m])
         for p in res.passages:
           assert passages[p.doc].text[p.start:p.end] == p.text
         row = question_metrics(ex, res, f, passages)
