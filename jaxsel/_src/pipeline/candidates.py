@@ -239,7 +239,12 @@ def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: flo
   what = "documents" if split else "candidates"
   if groups is not None and max_per_group is None:
     raise ValueError(f"`{name}groups` needs `max_per_group` (the most picks per group).")
-  cap = checks.integer(max_per_group, "max_per_group", low=0, none=True)
+  if isinstance(max_per_group, (int, np.integer)) and not isinstance(max_per_group, bool) \
+      and max_per_group == 0:
+    # One rule with `jaxsel serve`: a cap of 0 would keep nothing (or only what is pinned).
+    raise ValueError("`max_per_group`=0 keeps no passage of any group: give at least 1, or leave "
+                     "`max_per_group` (and `groups`) out for no cap.")
+  cap = checks.integer(max_per_group, "max_per_group", low=1, none=True)
   pin = []
   if pinned is not None:
     if index:
