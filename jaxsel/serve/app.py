@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import re
 import time
 import uuid
 from typing import Optional, Sequence
@@ -20,10 +22,12 @@ from typing import Optional, Sequence
 import numpy as np
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
 import jaxsel
 from jaxsel.serve import models
@@ -35,8 +39,19 @@ log = logging.getLogger("jaxsel.serve")
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 DEFAULT_MAX_DOCUMENTS = 1000
+# A request whose body stops arriving for this long gets a 408 (a half-sent body must not hold
+# a connection, or a shutdown, for ever).
+DEFAULT_BODY_TIMEOUT_S = 10.0
 ENDPOINTS = ("/v1/rerank", "/v2/rerank", "/health", "/metrics")
-ERRORS = {status: {"model": models.ErrorResponse} for status in (400, 413, 422, 500)}
+ERRORS = {status: {"model": models.ErrorResponse} for status in (400, 408, 413, 422, 500, 503)}
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")  # Swagger UI
+
+# Every refusal is small whatever the request (under 64 kB): messages and field names are cut
+# to these lengths, and a 422 lists at most `MAX_LISTED` of its errors, never their input.
+MAX_MESSAGE = 2000
+MAX_FIELD = 200
+MAX_LISTED = 10
+MAX_DIM = 1 << 16  # the longest embedding a request may send
 
 DESCRIPTION = """Budget-aware, constraint-aware reranking in the shapes rerank clients speak.
 
@@ -50,8 +65,47 @@ skip the server's encoder. Errors answer `{"error": {"message", "field"}}` with 
 """
 
 
-def _error(status: int, message: str, field: Optional[str] = None) -> JSONResponse:
-  return JSONResponse({"error": {"message": message, "field": field}}, status_code=status)
+def _cut(text: str, most: int) -> str:
+  return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def _error(status: int, message: str, field: Optional[str] = None, **extra) -> JSONResponse:
+  """The server's one error shape, `{"error": {"message", "field"}}`, cut to a bounded size."""
+  body = {"error": {"message": _cut(str(message), MAX_MESSAGE),
+                    "field": None if field is None else _cut(str(field), MAX_FIELD)}}
+  return JSONResponse({**body, **extra}, status_code=status)
+
+
+# The library's argument names as the HTTP fields of a request (`Engine` passes `budget_tokens`
+# as `budget`, `top_n` as `k`, one request of `select_many` as `requests[r]`).
+LIBRARY_FIELDS = {"budget": "budget_tokens", "k": "top_n", "pinned": "pinned", "groups": "groups",
+                  "max_per_group": "max_per_group", "embeddings": "embeddings",
+                  "query_embeddings": "query_embedding", "queries": "query",
+                  "documents_or_index": "documents", "granularity": "granularity",
+                  "method": "method", "a": "embeddings", "b": "query_embedding",
+                  "documents": "documents", "query": "query"}
+_NAME = re.compile(r"`(?:requests\[\d+\]\.?)?([A-Za-z_]*)((?:\[\d+\])*)`")
+
+
+def _http_error(e: Exception) -> RequestError:
+  """A library error raised for a request, in the request's HTTP field names: the field is
+  the first argument the message names that the request has (else None)."""
+  message = " ".join(str(e).split())
+  # The server does not split documents: the library's hint to split (`max_tokens`) is not the
+  # client's to follow.
+  message = message.replace(" or split into smaller passages (`max_tokens`)", "")
+  fields = []
+
+  def rename(m):
+    name, index = m.group(1), m.group(2)
+    if name not in LIBRARY_FIELDS:
+      return m.group(0) if name else "the request"
+    field = LIBRARY_FIELDS[name] + ("" if name == "queries" else index)
+    fields.append(field)
+    return f"`{field}`"
+
+  message = _NAME.sub(rename, message)
+  return RequestError(message, fields[0] if fields else None)
 
 
 def _field(loc) -> Optional[str]:
@@ -70,15 +124,28 @@ def _field(loc) -> Optional[str]:
   return name
 
 
+class _BodyLate(Exception):
+  """The request's body stopped arriving (`stopping`: because the server is shutting down)."""
+
+  def __init__(self, stopping: bool):
+    super().__init__()
+    self.stopping = stopping
+
+
 class _Guard:
   """Pure ASGI middleware: refuses bodies over `max_body_bytes` with a 413 before the app reads
-  them (by Content-Length, or counting a streamed body), and records each request's status and
-  latency in the metrics."""
+  them (by Content-Length, or counting a streamed body), answers a 408 when the body stops
+  arriving for `body_timeout_s` and a 503 to a request still sending its body when the server
+  starts to shut down (`stopping` set), and records each request's status and latency in the
+  metrics."""
 
-  def __init__(self, app, *, max_body_bytes: int, metrics: Metrics):
+  def __init__(self, app, *, max_body_bytes: int, metrics: Metrics, body_timeout_s: float,
+               state):
     self.app = app
     self.max_body_bytes = max_body_bytes
     self.metrics = metrics
+    self.body_timeout_s = body_timeout_s
+    self.state = state  # the app's: `stopping`, an event of the running loop
 
   async def __call__(self, scope, receive, send):
     if scope["type"] != "http":
@@ -94,7 +161,16 @@ class _Guard:
     try:
       body = None
       if scope["method"] in ("POST", "PUT", "PATCH"):
-        body = await self._read(scope, receive)
+        try:
+          body = await self._read(scope, receive)
+        except _BodyLate as late:
+          response = (_error(503, "the server is shutting down; send the request again to "
+                                  "another instance or after it restarts", None)
+                      if late.stopping else
+                      _error(408, f"the request body did not arrive within "
+                                  f"{self.body_timeout_s:g} s", "body"))
+          response.headers["connection"] = "close"
+          return await response(scope, receive, send_status)
         if body is None:
           response = _error(413, f"the request body is over {self.max_body_bytes} bytes "
                                  "(`jaxsel serve --max-body-bytes`)", "body")
@@ -114,6 +190,23 @@ class _Guard:
     finally:
       self.metrics.observe(endpoint, status[0], time.perf_counter() - start)
 
+  async def _receive(self, receive):
+    """The next message of the request, or `_BodyLate` raised."""
+    stopping = self.state.stopping
+    if stopping.is_set():
+      raise _BodyLate(True)
+    message = asyncio.ensure_future(receive())
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+      done, _ = await asyncio.wait((message, stop), timeout=self.body_timeout_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+    finally:
+      stop.cancel()
+    if message in done:
+      return message.result()
+    message.cancel()
+    raise _BodyLate(stop in done)
+
   async def _read(self, scope, receive) -> Optional[bytes]:
     """The whole body, or None when it is over the limit."""
     for name, value in scope.get("headers", ()):
@@ -125,7 +218,7 @@ class _Guard:
           pass
     chunks, size = [], 0
     while True:
-      message = await receive()
+      message = await self._receive(receive)
       if message["type"] == "http.disconnect":
         return b"".join(chunks)
       chunk = message.get("body", b"")
@@ -135,6 +228,72 @@ class _Guard:
       chunks.append(chunk)
       if not message.get("more_body", False):
         return b"".join(chunks)
+
+
+def _kind(x) -> str:
+  """What a JSON value is, in a message (never the value itself: it may be huge)."""
+  return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+          int: "a number", float: "a number", type(None): "null"}.get(type(x), "a value")
+
+
+def _numbers(row, name: str) -> Optional[RequestError]:
+  if not isinstance(row, list):
+    return RequestError(f"`{name}` must be a list of numbers, got {_kind(row)}", name)
+  if len(row) > MAX_DIM:
+    return RequestError(f"`{name}` holds {len(row)} numbers, over the {MAX_DIM} an embedding "
+                        "may have", name)
+  if all(type(x) is float or type(x) is int for x in row):
+    return None
+  j = next(j for j, x in enumerate(row) if not (type(x) is float or type(x) is int))
+  return RequestError(f"`{name}[{j}]` must be a number, got {_kind(row[j])}", f"{name}[{j}]")
+
+
+def _shape_error(data, max_documents: int) -> Optional[RequestError]:
+  """The first fault in the lists of a parsed request body (`documents`, `pinned`, `groups`,
+  `embeddings`, `query_embedding`), or None. Checked before the schema is, in work linear in
+  the body and stopping at the first fault: a body of a million bad items gets one error at
+  once, where validating it against the schema would list millions. More documents than
+  `max_documents` is a 413 before any is looked at."""
+  if not isinstance(data, dict):
+    return None  # the schema's own error: the body must be an object
+  docs = data.get("documents")
+  if isinstance(docs, list):
+    if len(docs) > max_documents:
+      return RequestError(f"{len(docs)} documents is over this server's limit of "
+                          f"{max_documents} (`jaxsel serve --max-documents`)", "documents", 413)
+    for i, d in enumerate(docs):
+      if type(d) is str or (type(d) is dict and type(d.get("text")) is str):
+        continue
+      if type(d) is dict:
+        return RequestError(f"`documents[{i}].text` must be a string, got "
+                            f"{_kind(d.get('text'))}", f"documents[{i}].text")
+      return RequestError(f"`documents[{i}]` must be a string or an object with a `text` "
+                          f"string, got {_kind(d)}", f"documents[{i}]")
+  for name, types in (("pinned", (int,)), ("groups", (int, str))):
+    x = data.get(name)
+    if isinstance(x, list):
+      if len(x) > max_documents:
+        return RequestError(f"`{name}` holds {len(x)} entries, more than this server takes "
+                            f"documents ({max_documents})", name)
+      for j, v in enumerate(x):
+        if type(v) not in types:
+          want = "a document index" if name == "pinned" else "a string or an integer label"
+          return RequestError(f"`{name}[{j}]` must be {want}, got {_kind(v)}", f"{name}[{j}]")
+  q = data.get("query_embedding")
+  if q is not None:
+    err = _numbers(q, "query_embedding")
+    if err is not None:
+      return err
+  e = data.get("embeddings")
+  if isinstance(e, list):
+    if len(e) > max_documents:
+      return RequestError(f"`embeddings` holds {len(e)} rows, more than this server takes "
+                          f"documents ({max_documents})", "embeddings")
+    for i, row in enumerate(e):
+      err = _numbers(row, f"embeddings[{i}]")
+      if err is not None:
+        return err
+  return None
 
 
 class _OrjsonRequest(Request):
@@ -150,15 +309,38 @@ class _OrjsonRequest(Request):
 
 
 class _Route(APIRoute):
-  """The server's routes: bodies parsed by `_OrjsonRequest`."""
+  """The server's routes: bodies parsed by `_OrjsonRequest`, their lists checked by
+  `_shape_error` (off the event loop) before the schema is."""
 
   def get_route_handler(self):
     handler = super().get_route_handler()
 
     async def route(request: Request):
-      return await handler(_OrjsonRequest(request.scope, request.receive))
+      request = _OrjsonRequest(request.scope, request.receive)
+      if request.method == "POST":
+        try:
+          data = await request.json()
+        except Exception:  # noqa: BLE001 -- malformed JSON: the schema's check answers it
+          data = None
+        err = await asyncio.to_thread(_shape_error, data, request.app.state.max_documents)
+        if err is not None:
+          return _error(err.status, str(err), err.field)
+      return await handler(request)
 
     return route
+
+
+def _scaled(x: np.ndarray) -> np.ndarray:
+  """`x` `[..., D]` with each vector scaled by a power of two that brings its largest entry
+  to [0.5, 1) where that entry is outside [2^-30, 2^30]: the cosine is the same, and the norm
+  no longer overflows float32 (entries of 1e20) or underflows (a query of 1e-30). Powers of two
+  scale exactly, and vectors of ordinary size are left as they are."""
+  top = np.abs(x).max(axis=-1, keepdims=True)
+  extreme = (top > 2.0 ** 30) | ((top < 2.0 ** -30) & (top > 0))
+  if not extreme.any():
+    return x
+  exponent = np.frexp(np.where(extreme, top, 1))[1]
+  return np.ldexp(x, np.where(extreme, -exponent, 0)).astype(np.float32)
 
 
 def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None) -> Job:
@@ -173,17 +355,24 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
   if not body.query.strip():
     raise RequestError("`query` is empty", "query")
   if body.method is not None and body.method not in jaxsel.available_methods():
-    raise RequestError(f"unknown method {body.method!r}; use one of "
+    raise RequestError(f"unknown method {_cut(repr(body.method), 100)}; use one of "
                        f"{', '.join(jaxsel.available_methods())}", "method")
+  granularity = body.granularity or "passage"
+  select = body.budget_tokens is not None or body.method is not None or granularity == "sentence"
+  blank = [not t.strip() for t in texts]
+  if select and all(blank):
+    raise RequestError("every document is empty or whitespace: nothing to select", "documents")
   if body.pinned is not None:
     for j, i in enumerate(body.pinned):
       if not 0 <= i < n:
         raise RequestError(f"`pinned[{j}]` = {i} is not a document index (0 to {n - 1})",
                            f"pinned[{j}]")
+      if select and blank[i]:
+        raise RequestError(f"`pinned[{j}]` = {i} is an empty document: a selection never keeps "
+                           "one", f"pinned[{j}]")
     if len(set(body.pinned)) != len(body.pinned):
       raise RequestError("`pinned` names a document twice", "pinned")
-  if body.max_per_group is not None and body.groups is None:
-    raise RequestError("`max_per_group` needs `groups` (one label per document)", "max_per_group")
+  # `max_per_group` alone: each document is its own group (`Pipeline.select`'s rule).
   if body.groups is not None:
     if len(body.groups) != n:
       raise RequestError(f"`groups` must hold one label per document ({n}), got "
@@ -196,7 +385,7 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
         counts[body.groups[i]] = counts.get(body.groups[i], 0) + 1
         if counts[body.groups[i]] > body.max_per_group:
           raise RequestError(f"`pinned` keeps more than max_per_group = {body.max_per_group} "
-                             f"documents of group {body.groups[i]!r}", "pinned")
+                             f"documents of group {_cut(repr(body.groups[i]), 100)}", "pinned")
   embeddings = query_embedding = None
   if (body.embeddings is None) != (body.query_embedding is None):
     field = "query_embedding" if body.query_embedding is None else "embeddings"
@@ -206,26 +395,32 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
     if len(body.embeddings) != n or any(len(row) != d for row in body.embeddings) or d == 0:
       raise RequestError(f"`embeddings` must be [N, D] = [{n}, {d}]: one row per document, "
                          "each as long as `query_embedding`", "embeddings")
-    embeddings = np.asarray(body.embeddings, np.float32)
-    query_embedding = np.asarray(body.query_embedding, np.float32)
-    for name, x in (("embeddings", embeddings), ("query_embedding", query_embedding)):
+    for name, rows in (("embeddings", body.embeddings), ("query_embedding", [body.query_embedding])):
+      with np.errstate(over="ignore"):
+        x = np.asarray(rows, np.float32)
       if not np.isfinite(x).all():
-        raise RequestError(f"`{name}` holds a value that is not finite", name)
+        raise RequestError(f"`{name}` holds a value that is not finite in float32 (beyond "
+                           "±3.4e38)", name)
       if not (np.abs(x).max(axis=-1) > 0).all():
         raise RequestError(f"`{name}` holds a zero vector (no direction to compare)", name)
-  granularity = body.granularity or "passage"
+      x = _scaled(x)
+      if name == "embeddings":
+        embeddings = x
+      else:
+        query_embedding = x[0]
   if granularity == "sentence" and embeddings is not None:
     raise RequestError("`granularity` 'sentence' embeds each document's sentences with the "
                        "server's encoder; leave out `embeddings` and `query_embedding`",
                        "granularity")
-  return Job(query=body.query, texts=tuple(texts), top_n=body.top_n,
-             select=(body.budget_tokens is not None or body.method is not None
-                     or granularity == "sentence"), granularity=granularity,
+  return Job(query=body.query, texts=tuple(texts),
+             top_n=None if body.top_n is None else min(body.top_n, n),
+             select=select, granularity=granularity,
              budget=body.budget_tokens, method=body.method,
              pinned=None if body.pinned is None else tuple(body.pinned),
              groups=None if body.groups is None else tuple(body.groups),
-             max_per_group=body.max_per_group, embeddings=embeddings,
-             query_embedding=query_embedding, max_tokens_per_doc=max_tokens_per_doc)
+             max_per_group=None if body.max_per_group is None else min(body.max_per_group, n),
+             embeddings=embeddings, query_embedding=query_embedding,
+             max_tokens_per_doc=max_tokens_per_doc)
 
 
 def _results(outcome: Outcome, texts=None) -> list:
@@ -255,7 +450,8 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                model_name: str = "jaxsel", max_batch: int = 32, batch_wait_ms: float = 5.0,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_documents: int = DEFAULT_MAX_DOCUMENTS, warm_up: bool = True,
-               warm_documents: Sequence[int] = (3,)) -> FastAPI:
+               warm_documents: Sequence[int] = (3,),
+               body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> FastAPI:
   """The server's ASGI app over `pipeline` (its encoder embeds, its tokenizer counts).
 
   Args:
@@ -266,6 +462,11 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     max_body_bytes, max_documents: larger requests get a 413.
     warm_up: compile the ranking and the default method's batched solves at start-up,
       for requests of each number of `warm_documents` (others compile at their first batch).
+    body_timeout_s: a request whose body stops arriving for this long gets a 408.
+
+  `app.state.stopping` (an `asyncio.Event`) set by the server when it starts to shut down
+  answers a 503 to requests still sending their body (`jaxsel.serve.run` and `background`
+  set it), so that a half-sent body does not hold the shutdown.
   """
   if method is not None and method not in jaxsel.available_methods():
     raise ValueError(f"unknown method {method!r}; use one of {jaxsel.available_methods()}.")
@@ -276,6 +477,7 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
 
   @contextlib.asynccontextmanager
   async def lifespan(app: FastAPI):
+    app.state.stopping = asyncio.Event()
     if warm_up:
       t0 = time.perf_counter()
       await asyncio.to_thread(engine.warm_up, tuple(warm_documents))
@@ -288,15 +490,30 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
       app.state.ready = False
       await batcher.stop()
 
+  # Swagger UI from the package's own files (`static/`), never from a CDN; no ReDoc page.
   app = FastAPI(title="jaxsel serve", version=jaxsel.__version__, description=DESCRIPTION,
-                lifespan=lifespan)
+                lifespan=lifespan, docs_url=None, redoc_url=None)
   app.router.route_class = _Route
   app.state.ready = False
   app.state.engine = engine
-  app.add_middleware(_Guard, max_body_bytes=max_body_bytes, metrics=metrics)
+  app.state.max_documents = max_documents
+  app.state.stopping = asyncio.Event()  # a new one for each run of the server (`lifespan`)
+  app.add_middleware(_Guard, max_body_bytes=max_body_bytes, metrics=metrics,
+                     body_timeout_s=body_timeout_s, state=app.state)
+  app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+  @app.get("/docs", include_in_schema=False)
+  async def docs_page():
+    return get_swagger_ui_html(
+        openapi_url=app.openapi_url, title=f"{app.title} - Swagger UI",
+        swagger_js_url="/static/swagger-ui-bundle.js", swagger_css_url="/static/swagger-ui.css",
+        swagger_favicon_url="/static/favicon-32x32.png")
 
   @app.exception_handler(RequestValidationError)
   async def invalid(request: Request, exc: RequestValidationError):
+    # `exc.errors()` is short: `_Route` refused bodies whose lists are at fault before the
+    # schema was checked. Listed without the `input` (it may be the whole body, or nested
+    # 1,000 deep), at most `MAX_LISTED`.
     errors = exc.errors()
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
@@ -305,13 +522,31 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     if field is None:
       message = "the body must be a JSON object with `query` and `documents`"
     else:
-      message = f"`{field}`: {first.get('msg', 'invalid')}"
-    return JSONResponse({"error": {"message": message, "field": field},
-                         "detail": jsonable_encoder(errors)}, status_code=422)
+      message = f"`{_cut(field, MAX_FIELD)}`: {first.get('msg', 'invalid')}"
+    detail = [{"loc": [x if isinstance(x, int) else _cut(str(x), 100)
+                       for x in list(e.get("loc", ()))[:8]],
+               "msg": _cut(str(e.get("msg", "")), 300), "type": _cut(str(e.get("type", "")), 100)}
+              for e in errors[:MAX_LISTED]]
+    return _error(422, message, field, detail=detail, errors=len(errors))
 
   @app.exception_handler(RequestError)
   async def refused(request: Request, exc: RequestError):
     return _error(exc.status, str(exc), exc.field)
+
+  @app.exception_handler(HTTPException)
+  async def http_error(request: Request, exc: HTTPException):  # 404, 405: the same shape
+    message = {404: f"no such endpoint: {_cut(request.url.path, 200)}; the server answers "
+                    f"{', '.join(ENDPOINTS)} and /docs",
+               405: f"{request.method} is not allowed on {_cut(request.url.path, 200)}"
+               }.get(exc.status_code, str(exc.detail))
+    response = _error(exc.status_code, message, None)
+    response.headers.update(exc.headers or {})  # a 405's `Allow`
+    return response
+
+  @app.exception_handler(Exception)
+  async def failed(request: Request, exc: Exception):
+    log.error("request failed: %r", exc)
+    return _error(500, f"internal error ({type(exc).__name__}); the server keeps serving")
 
   async def run(job: Job):
     """The job's `Outcome`, a 500 response, or a `RequestError` raised (a 4xx)."""
@@ -320,7 +555,7 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     except RequestError:
       raise
     except (ValueError, TypeError) as e:  # the library's checks: the request's fault
-      raise RequestError(" ".join(str(e).split()), None) from None
+      raise _http_error(e) from None
     except Exception as e:  # noqa: BLE001 -- this request fails; the server keeps serving
       log.error("request failed: %r", e)
       return _error(500, f"internal error ({type(e).__name__}); the server keeps serving")

@@ -85,8 +85,10 @@ class Outcome:
 @dataclasses.dataclass
 class _Prepared:
   job: Job
-  passages: list  # [N] `jaxsel.Passage`s, each costing its tokens
+  passages: list  # [M] `jaxsel.Passage`s, each costing its tokens (`doc`: its document)
   query_tokens: int
+  keep: np.ndarray  # [M] the document of each passage: a selection leaves out blank documents
+  costs: Sequence[int] = ()  # [N] every document's tokens
 
 
 # The server's solves run in programs of 4 rows (`PipelineConfig.solve_rows`): a request alone
@@ -187,9 +189,14 @@ class Engine:
 
   @staticmethod
   def _prepared(job: Job, query_tokens: int, costs: Sequence[int]) -> _Prepared:
-    passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))
-                for i, (t, c) in enumerate(zip(job.texts, costs))]
-    return _Prepared(job, passages, int(query_tokens))
+    # An empty or whitespace-only document costs nothing and says nothing: a selection never
+    # picks it (`_job` refuses one pinned, and a request of only such documents); a ranking
+    # ranks every document, as a reranker does.
+    keep = [i for i, t in enumerate(job.texts) if t.strip() or not job.select]
+    passages = [jaxsel.Passage(job.texts[i], 0, len(job.texts[i]), doc=i, tokens=int(costs[i]))
+                for i in keep]
+    return _Prepared(job, passages, int(query_tokens), np.asarray(keep, np.int64),
+                     [int(c) for c in costs])
 
   def _cosines(self, p: _Prepared) -> np.ndarray:
     """`[N]` cosine of the query and each document (the caller's embeddings, else the
@@ -208,11 +215,15 @@ class Engine:
     jobs = [p.job for p in preps]
     kwargs = {}
     if job.embeddings is not None:
-      kwargs.update(embeddings=[j.embeddings for j in jobs],
+      kwargs.update(embeddings=[j.embeddings[p.keep] for j, p in zip(jobs, preps)],
                     query_embeddings=[j.query_embedding[None] for j in jobs])
     if job.pinned is not None or job.max_per_group is not None:
-      kwargs.update(pinned=[None if j.pinned is None else list(j.pinned) for j in jobs],
-                    groups=[None if j.groups is None else list(j.groups) for j in jobs],
+      # Documents as the library's candidates (the passages kept): positions in `keep`.
+      where = [{int(d): m for m, d in enumerate(p.keep)} for p in preps]
+      kwargs.update(pinned=[None if j.pinned is None else [w[i] for i in j.pinned]
+                            for j, w in zip(jobs, where)],
+                    groups=[None if j.groups is None else [j.groups[int(d)] for d in p.keep]
+                            for j, p in zip(jobs, preps)],
                     max_per_group=job.max_per_group)
     requests = [(None if method == "coverage" else j.query, p.passages)
                 for j, p in zip(jobs, preps)]
@@ -221,28 +232,32 @@ class Engine:
     return [self._outcome(p, r) for p, r in zip(preps, results)]
 
   def _outcome(self, p: _Prepared, res) -> Outcome:
+    """The request's answer from its `SelectionResult`: each pick names its document (an
+    index into the request's `documents`) and carries that document's relevance."""
     if not p.job.select:  # a ranking: NaiveRAG's order, the cosine as any reranker gives it
       rel = self._cosines(p)
-      return Outcome([Pick(int(i), float(rel[int(i)])) for i in res.indices], self._total(p))
-    if res.candidate_scores is not None:
-      rel = np.asarray(res.candidate_scores, np.float32).max(axis=0)
-    else:  # text selection (coverage) saw no query: the cosine, as ranked
-      rel = self._cosines(p)
-    if res.granularity == "sentence":  # each pick a document or a part of it
-      scores = rel[res.indices] if res.scores is None else res.scores
-      picks = [Pick(u.doc, float(s), int(u.tokens), float(g),
-                    *(() if u.end - u.start == len(p.passages[u.doc].text) else (u.start, u.end)))
-               for u, s, g in zip(res.passages, scores, res.gains)]
-    else:
-      picks = [Pick(int(i), float(rel[int(i)]), int(p.passages[int(i)].tokens), float(g))
-               for i, g in zip(res.indices, res.gains)]
+      return Outcome([Pick(int(d), float(rel[int(d)])) for d in p.keep[res.indices]],
+                     self._total(p))
+    # Text selection (coverage) saw no query: each document's cosine, as ranked.
+    cosines = self._cosines(p) if res.candidate_scores is None else None
+    if res.granularity == "sentence":  # each pick a document or a part of it (`u.doc`)
+      texts = p.job.texts
+      picks = [Pick(u.doc, float(cosines[u.doc] if cosines is not None else s), int(u.tokens),
+                    float(g), *(() if u.end - u.start == len(texts[u.doc]) else (u.start, u.end)))
+               for u, s, g in zip(res.passages,
+                                  res.gains if res.scores is None else res.scores, res.gains)]
+    else:  # the candidates are the documents kept (`p.keep`)
+      rel = (cosines[p.keep] if cosines is not None
+             else np.asarray(res.candidate_scores, np.float32).max(axis=0))
+      picks = [Pick(int(p.keep[int(i)]), float(rel[int(i)]), int(p.passages[int(i)].tokens),
+                    float(g)) for i, g in zip(res.indices, res.gains)]
     selection = {"cost_tokens": int(res.cost), "budget_tokens": p.job.budget,
                  "method": res.method, "certified": res.certified}
     return Outcome(picks, self._total(p), selection)
 
   @staticmethod
   def _total(p: _Prepared) -> int:
-    return p.query_tokens + sum(int(x.tokens) for x in p.passages)
+    return p.query_tokens + sum(p.costs)
 
   # -- start-up --------------------------------------------------------------------------------
   def warm_up(self, documents: Sequence[int] = (3,)) -> None:

@@ -11,6 +11,10 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+# The largest whole number a request field takes (int32: what the solves index with); larger
+# numbers (`1e12`) are refused naming the field instead of overflowing in the library.
+MAX_INT = 2 ** 31 - 1
+
 
 class Document(BaseModel):
   """A document as an object (Jina's `{"text": ...}`)."""
@@ -25,7 +29,7 @@ class Extensions(BaseModel):
   model_config = ConfigDict(extra="ignore")
 
   budget_tokens: Optional[int] = Field(
-      None, ge=1, le=2 ** 31 - 1,
+      None, ge=1, le=MAX_INT,
       description="jaxsel: most tokens of the selected documents together, in the server's "
                   "reader tokenizer (`jaxsel serve --tokenizer`). With it, `results` holds the "
                   "documents selected within the budget in pick order (not every document), "
@@ -41,13 +45,16 @@ class Extensions(BaseModel):
   pinned: Optional[list[StrictInt]] = Field(
       None,
       description="jaxsel: indices of documents that must be kept: they come first, in this "
-                  "order, and count against `top_n` and the budget.")
+                  "order, and count against `top_n` and the budget. Under `granularity` "
+                  "`sentence` a pinned document is kept whole.")
   groups: Optional[list[Union[StrictStr, StrictInt]]] = Field(
       None,
       description="jaxsel: one label per document (a string or an integer, e.g. its source); "
                   "with `max_per_group`, at most that many documents of each label are kept.")
   max_per_group: Optional[int] = Field(
-      None, ge=1, description="jaxsel: most documents kept per label of `groups`.")
+      None, ge=1, le=MAX_INT,
+      description="jaxsel: most documents kept per label of `groups` (without `groups`, each "
+                  "document is its own label, as in `Pipeline.select`). A whole number >= 1.")
   embeddings: Optional[list[list[float]]] = Field(
       None,
       description="jaxsel: `[N, D]` embeddings of the documents, one row each, that the caller "
@@ -70,7 +77,8 @@ class JinaRerankRequest(Extensions):
   documents: list[Union[str, Document]] = Field(
       description="The candidates: strings or `{\"text\": ...}` objects; results refer to them "
                   "by `index`.")
-  top_n: Optional[int] = Field(None, ge=1, description="Most results to return.")
+  top_n: Optional[int] = Field(None, ge=1, le=MAX_INT,
+                               description="Most results (documents) to return.")
   return_documents: bool = Field(True, description="Include each result's `document`.")
 
 
@@ -80,9 +88,10 @@ class CohereRerankRequest(Extensions):
   query: str = Field(description="The query the documents are ranked (or selected) for.")
   documents: list[Union[str, Document]] = Field(
       description="The candidates (strings; `{\"text\": ...}` objects are accepted too).")
-  top_n: Optional[int] = Field(None, ge=1, description="Most results to return.")
+  top_n: Optional[int] = Field(None, ge=1, le=MAX_INT,
+                               description="Most results (documents) to return.")
   max_tokens_per_doc: Optional[int] = Field(
-      None, ge=1,
+      None, ge=1, le=MAX_INT,
       description="Documents longer than this (in the reader tokenizer's tokens) are cut to "
                   "their first `max_tokens_per_doc` tokens before ranking and costing.")
 
@@ -102,7 +111,10 @@ class Result(BaseModel):
   index: int = Field(description="The document's position in `documents`.")
   relevance_score: float = Field(
       description="Cosine similarity of the query and the document (the encoder's query and "
-                  "passage prompts); in a selection, as the method saw it (clipped at 0).")
+                  "passage prompts); in a selection, as the method saw it (clipped at 0), and "
+                  "under `granularity` `sentence` the best of the kept part's sentences (text "
+                  "selection, `coverage`: the document's cosine, as ranked). Empty and "
+                  "whitespace-only documents are never selected.")
   document: Optional[Document] = Field(None, description="Jina: the document, when asked for.")
   cost_tokens: Optional[int] = Field(None, description="jaxsel, in a selection: the document's tokens.")
   gain: Optional[float] = Field(

@@ -160,7 +160,7 @@ BAD = [
     ("embeddings of the wrong shape", {"query": "x", "documents": DOCS, "embeddings": [[1.0]],
                                        "query_embedding": [1.0]}, 422, "embeddings"),
     ("budget below every document", {"query": "x", "documents": DOCS, "budget_tokens": 1}, 422,
-     None),
+     "budget_tokens"),
     ("too many documents", {"query": "x", "documents": ["d"] * 51}, 413, "documents"),
     ("body over the limit", {"query": "x", "documents": ["d" * 200_000]}, 413, "body"),
 ]
