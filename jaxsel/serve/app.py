@@ -507,7 +507,8 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     return get_swagger_ui_html(
         openapi_url=app.openapi_url, title=f"{app.title} - Swagger UI",
         swagger_js_url="/static/swagger-ui-bundle.js", swagger_css_url="/static/swagger-ui.css",
-        swagger_favicon_url="/static/favicon-32x32.png")
+        swagger_favicon_url="/static/favicon-32x32.png",
+        swagger_ui_parameters={"validatorUrl": None})  # no badge from validator.swagger.io
 
   @app.exception_handler(RequestValidationError)
   async def invalid(request: Request, exc: RequestValidationError):
