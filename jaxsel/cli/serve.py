@@ -40,6 +40,9 @@ def add_serve_parser(sub) -> None:
                  help="larger request bodies get a 413 (default 8 MiB)")
   p.add_argument("--max-documents", type=arg_whole, default=1000,
                  help="requests with more documents get a 413 (default 1000)")
+  p.add_argument("--body-timeout", type=_arg_seconds, default=10.0, metavar="SECONDS",
+                 help="a request whose body stops arriving for this long gets a 408 "
+                      "(default 10)")
   p.add_argument("--warm-documents", type=_arg_counts, default=(3,), metavar="N[,N...]",
                  help="compile the solves at start-up for requests of these numbers of "
                       "documents (default 3; others compile at their first batch)")
@@ -55,6 +58,16 @@ def _arg_ms(text: str) -> float:
     value = -1.0
   if not 0 <= value <= 10_000:
     raise argparse.ArgumentTypeError(f"expected milliseconds from 0 to 10000, got {text!r}")
+  return value
+
+
+def _arg_seconds(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    value = -1.0
+  if not 0 < value <= 3600:
+    raise argparse.ArgumentTypeError(f"expected seconds above 0, at most 3600, got {text!r}")
   return value
 
 
@@ -80,4 +93,4 @@ def cmd_serve(args, out) -> None:
     serve.run(pipe, host=args.host, port=args.port, method=args.method, model_name=args.model,
               max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
               max_body_bytes=args.max_body_bytes, max_documents=args.max_documents,
-              warm_documents=args.warm_documents)
+              warm_documents=args.warm_documents, body_timeout_s=args.body_timeout)

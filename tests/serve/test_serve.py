@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -295,32 +294,15 @@ def test_shutdown_lets_in_flight_requests_finish(pipe):
     assert [f.result(timeout=300).status_code for f in futures] == [200] * 8
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.slow
-def test_command_with_minilm_runs_the_docs_examples(tmp_path):
+def test_command_with_minilm_runs_the_docs_examples(tmp_path, server_process):
   """`jaxsel serve` (the real all-MiniLM-L6-v2) answers the Cohere SDK and every curl example of
   docs/serve.md; SIGTERM stops it after a graceful shutdown."""
-  port = _free_port()
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "jaxsel.cli", "serve", "--port", str(port), "--max-batch", "2",
-       "--warm-documents", "2,3", "--no-compile-cache"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  base = f"http://127.0.0.1:{port}"
+  proc, base = server_process(
+      lambda port: [sys.executable, "-m", "jaxsel.cli", "serve", "--port", str(port),
+                    "--max-batch", "2", "--warm-documents", "2,3", "--no-compile-cache"], ROOT)
+  port = int(base.rsplit(":", 1)[1])
   try:
-    deadline = time.monotonic() + 600
-    while True:
-      assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-      assert time.monotonic() < deadline, "the server did not start"
-      try:
-        if httpx.get(base + "/health", timeout=5).status_code == 200:
-          break
-      except httpx.TransportError:
-        pass
-      time.sleep(0.5)
     import cohere
     res = cohere.ClientV2(base_url=base, api_key="x").rerank(
         model="jaxsel", query="Which river flows through Paris?",

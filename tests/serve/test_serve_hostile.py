@@ -9,7 +9,6 @@ import concurrent.futures
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -236,41 +235,22 @@ def test_trickled_or_endless_headers_are_cut_off(url, monkeypatch):
   assert httpx.get(url + "/health", timeout=10).status_code == 200
 
 
-def test_a_half_sent_body_does_not_hold_the_shutdown(tmp_path):
+def test_a_half_sent_body_does_not_hold_the_shutdown(tmp_path, server_process):
   """SIGTERM while a client holds headers and half a body: the client gets a 503 and the
   `serve.run` process exits within a few seconds."""
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
   code = ("import sys, jaxsel\nfrom jaxsel import serve\n"
           "serve.run(jaxsel.Pipeline(jaxsel.testing.tiny_encoder()), port=int(sys.argv[1]), "
           "warm_up=False, log_level='info')\n")
-  proc = subprocess.Popen([sys.executable, "-c", code, str(port)], cwd=str(tmp_path),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  base = f"http://127.0.0.1:{port}"
-  try:
-    deadline = time.monotonic() + 300
-    while True:
-      assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-      assert time.monotonic() < deadline, "the server did not start"
-      try:
-        if httpx.get(base + "/health", timeout=5).status_code == 200:
-          break
-      except httpx.TransportError:
-        pass
-      time.sleep(0.2)
-    with _connect(base) as sock:
-      sock.sendall(HALF)
-      time.sleep(0.3)
-      t0 = time.monotonic()
-      proc.send_signal(signal.SIGTERM)
-      status, body = _answer(sock)
-      rc = proc.wait(timeout=30)
-      seconds = time.monotonic() - t0
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
+  proc, base = server_process(lambda port: [sys.executable, "-c", code, str(port)],
+                              str(tmp_path), timeout=300)
+  with _connect(base) as sock:
+    sock.sendall(HALF)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    status, body = _answer(sock)
+    rc = proc.wait(timeout=30)
+    seconds = time.monotonic() - t0
   log = proc.stdout.read().decode(errors="replace")
   assert status == 503 and "shutting down" in body["error"]["message"]
   assert rc in (0, -signal.SIGTERM) and seconds < 5, (seconds, log[-3000:])
