@@ -137,6 +137,48 @@ def wanted(backend: str) -> bool:
   return True
 
 
+def host_function(name: str, restype=ctypes.c_uint64, argtypes=()):
+  """The library's plain C function `name` (called through ctypes, on host memory, outside
+  XLA), with its types set; the kernels must be loaded (`available()`)."""
+  fn = getattr(_LIB, name)
+  fn.restype, fn.argtypes = restype, list(argtypes)
+  return fn
+
+
+def host_threads() -> int:
+  """Threads a host function may run on: the CPUs this process may use."""
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except (AttributeError, OSError):
+    return max(1, os.cpu_count() or 1)
+
+
+def clear_scratch() -> int:
+  """Frees the scratch the kernels keep between calls (`csrc/scratch.h`: a lazy float32
+  problem's byte bounds, N·N bytes, kept for the next call of the same shape); returns the
+  bytes freed (0 without the kernels)."""
+  if _LIB is None:
+    return 0
+  return int(host_function("JaxselScratchConfigure", argtypes=(ctypes.c_int32, ctypes.c_uint64))(
+      1, scratch_limit()))
+
+
+def scratch_limit(limit: Optional[int] = None) -> int:
+  """The most bytes of scratch the kernels keep idle between calls (1 GiB unless set); with
+  `limit`, sets it first (idle buffers beyond it are freed; 0 keeps none)."""
+  if _LIB is None:
+    return 0
+  if limit is not None:
+    limit = checks.integer(limit, "limit", low=0, what=" (bytes)")
+    host_function("JaxselScratchConfigure", argtypes=(ctypes.c_int32, ctypes.c_uint64))(0, limit)
+  return int(host_function("JaxselScratchLimit")())
+
+
+def scratch_idle_bytes() -> int:
+  """The bytes of scratch kept idle now (0 without the kernels)."""
+  return 0 if _LIB is None else int(host_function("JaxselScratchIdleBytes")())
+
+
 def explicitly_sharded(x) -> bool:
   """Whether `x` lives on a mesh with explicit axes (`jax.sharding.AxisType.Explicit`), where
   a custom call would gather the batch onto one device; the XLA path keeps it sharded."""

@@ -9,6 +9,7 @@ Shape legend: Q queries, N candidates, M a block of candidates, K picks.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from typing import Optional
 
@@ -92,21 +93,19 @@ def cover_greedy(sim_t: Array, relevance: Optional[Array], valid: Array, costs: 
   costs = costs.astype(jnp.float32) if has_costs else jnp.zeros((n,), jnp.float32)
   budget = jnp.asarray(budget, jnp.float32)  # inf: no budget (greedy's `NO_BUDGET`)
   floor = jnp.asarray(-jnp.inf if min_gain is None else min_gain, dtype)
-  # Scratch of a large lazy float32 problem: its rows rounded up to bytes (N·N) and their steps
-  # (N floats), for the byte bounds of the kernel's lazy steps (csrc/byte_bounds.h).
-  bounds = lazy and not saturated and dtype == jnp.float32 and n >= BYTE_BOUNDS_MIN_N
-  scratch = n * n + 4 * n + 64 if bounds else 0
+  # A large lazy float32 problem bounds stale candidates from its rows rounded up to bytes
+  # (csrc/byte_bounds.h), in scratch the kernel keeps between calls (csrc/scratch.h).
+  byte_bounds = lazy and not saturated and dtype == jnp.float32 and n >= BYTE_BOUNDS_MIN_N
   call = jax.ffi.ffi_call(
       "jaxsel_cover_greedy",
       (jax.ShapeDtypeStruct((k,), jnp.int32), jax.ShapeDtypeStruct((k,), dtype),
        jax.ShapeDtypeStruct((k,), dtype), jax.ShapeDtypeStruct((), jnp.int32),
-       jax.ShapeDtypeStruct((), jnp.float32), jax.ShapeDtypeStruct((), dtype),
-       jax.ShapeDtypeStruct((scratch,), jnp.uint8)),
+       jax.ShapeDtypeStruct((), jnp.float32), jax.ShapeDtypeStruct((), dtype)),
       vmap_method="expand_dims")
-  indices, gains, values, count, cost, bound, _ = call(
+  indices, gains, values, count, cost, bound = call(
       sim_t, w, valid, costs, budget, floor,
       weighted=weighted, lazy=lazy, has_costs=has_costs, ratio=ratio, saturated=saturated,
-      item_major=item_major)
+      item_major=item_major, byte_bounds=byte_bounds)
   return Selection(indices, gains, values, count, cost, bound, jnp.zeros_like(bound))
 
 
@@ -136,3 +135,32 @@ def symmetry_check(x: Array):
   seed = np.random.default_rng().integers(0, 2**32, 2, dtype=np.uint32)
   sym, least, finite = _symmetry_check(x, seed)
   return bool(sym), float(least), bool(finite)
+
+
+def host_rows(sim: np.ndarray) -> Optional[tuple[np.ndarray, bool]]:
+  """`(rows, flipped)` where `check_copy` reads a float32 `[N, N]` host array in place: its rows
+  (`rows = sim`), or, for Fortran order, its columns as the rows of `rows = sim.T` (`flipped`);
+  None where neither lies in memory with unit stride."""
+  for rows, flipped in ((sim, False), (sim.T, True)):
+    st = rows.strides
+    if st[1] == 4 and st[0] % 4 == 0 and st[0] >= 4 * rows.shape[1]:
+      return rows, flipped
+  return None
+
+
+def check_copy(rows: np.ndarray, out: Optional[np.ndarray]):
+  """(symmetric, least entry, all finite) of float32 `[N, N]` host memory `rows` (unit stride
+  along a row, any alignment: `host_rows`), as `symmetry_check` finds them, in one pass that
+  also writes `rows` into `out` (C-contiguous float32 `[N, N]`, None: no copy) while each row
+  is in the cache: for NumPy's own arrays, which XLA cannot share (it takes 64-byte aligned
+  memory only), the checks, the symmetry test and the copy XLA needs in one read
+  (`csrc/symmetry.cc`, `JaxselCheckCopy`, on this process's CPUs, outside XLA)."""
+  fn = native.host_function("JaxselCheckCopy", None, (
+      ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint32,
+      ctypes.c_uint32, ctypes.c_int32, ctypes.c_void_p))
+  seed = np.random.default_rng().integers(0, 2**32, 2, dtype=np.uint32)
+  result = np.zeros(3, np.float32)
+  n = rows.shape[0]
+  fn(rows.ctypes.data, n, rows.strides[0] // 4, None if out is None else out.ctypes.data,
+     int(seed[0]), int(seed[1]), native.host_threads(), result.ctypes.data)
+  return bool(result[0]), float(result[2]), bool(result[1])

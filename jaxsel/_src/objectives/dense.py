@@ -191,24 +191,37 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
   """Checks `sim` `[..., N, N]` (host memory, item-major; `keep`: the CPU jax.Array it views,
   if any) and returns it as a candidate-major device array, zeroed on invalid rows and columns.
 
-  A symmetric matrix is its own candidate-major layout, so it needs no transpose: promised
-  (`symmetric=True`) it is used as it is (`keep`, or `jax.device_put`, which shares 64-byte
-  aligned memory and copies otherwise). `symmetric=None` finds out where the device array
-  needs no copy (one float32 problem without a mask, a CPU jax.Array or 64-byte aligned NumPy
-  memory), in the checking pass (`cover_kernel.symmetry_check`, a randomized test); a failed
-  test then costs the transposed copy. Everything else is transposed by NumPy into aligned
-  memory that `jax.device_put` shares: for NumPy's own (16-byte aligned) arrays that measured
-  faster than the device copy plus the test (bench/RESULTS.md). `dtype` is the device dtype
-  (`checks.host_float_dtype`)."""
+  A symmetric matrix is its own candidate-major layout, so it needs no transpose. Where the
+  device array can share the memory (a CPU jax.Array, or 64-byte aligned C-ordered NumPy), a
+  promised one (`symmetric=True`) is used as it is, and `symmetric=None` finds out in the
+  checking pass (`cover_kernel.symmetry_check`, a randomized test). Memory XLA cannot share
+  (NumPy's own arrays, 16-byte aligned; rows with a stride; Fortran order) needs a copy: one
+  float32 problem without a mask is checked, tested and copied in one pass
+  (`cover_kernel.check_copy`). A failed test costs the transposed copy; everything else is
+  transposed by NumPy into aligned memory that `jax.device_put` shares. `dtype` is the device
+  dtype (`checks.host_float_dtype`)."""
   masked = valid is not None and not valid.all()
   if not sim.size:
     return jax.device_put(np.zeros(sim.shape, dtype))
-  shared = keep is not None or sim.ctypes.data % 64 == 0  # jax.device_put shares, no copy
+  shared = keep is not None or (sim.ctypes.data % 64 == 0 and sim.flags.c_contiguous)
   if symmetric is None and not masked and shared and cover_kernel.symmetry_applies(sim, dtype):
-    x = keep if keep is not None else jax.device_put(sim)
+    x = keep if keep is not None else jax.device_put(sim)  # shared: no copy
     sym, least, finite = cover_kernel.symmetry_check(x)
     _check_host(sim, least, finite)
     return x if sym else _numpy_candidate_major(sim, None, dtype, transpose=True)
+  rows = cover_kernel.host_rows(sim) if cover_kernel.symmetry_applies(sim, dtype) else None
+  if not masked and not shared and symmetric is not False and rows is not None:
+    # Memory XLA cannot share (NumPy's own arrays are 16-byte aligned; XLA takes 64): one pass
+    # checks it, tests symmetry and writes the copy XLA needs. Symmetric (or promised), the
+    # copy is the candidate-major layout; so it is, symmetric or not, for Fortran order (the
+    # pass read the columns); otherwise the transpose is written over it.
+    rows, flipped = rows
+    out = _aligned_empty(sim.shape, dtype)
+    sym, least, finite = cover_kernel.check_copy(rows, out)
+    _check_host(sim, least, finite)
+    if sym or symmetric or flipped:
+      return jax.device_put(out)
+    return _numpy_candidate_major(sim, None, dtype, transpose=True, out=out)
   _check_host(sim)
   if symmetric and not masked and sim.dtype == dtype:
     return keep if keep is not None else jax.device_put(sim)
@@ -226,11 +239,12 @@ def _aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
 
 
 def _numpy_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: np.dtype, *,
-                           transpose: bool) -> Array:
+                           transpose: bool, out: Optional[np.ndarray] = None) -> Array:
   """`sim` (checked) as a candidate-major device array: transposed tile by tile (where
-  `transpose`) into aligned memory that `jax.device_put` shares, masked by `valid`."""
+  `transpose`) into aligned memory that `jax.device_put` shares (`out`, or new), masked by
+  `valid`."""
   n = sim.shape[-1]
-  out = _aligned_empty(sim.shape, dtype)
+  out = _aligned_empty(sim.shape, dtype) if out is None else out
   with np.errstate(over="ignore"):  # a float64 value beyond float32 is caught just below
     if transpose:
       for i in range(0, n, _HOST_BLOCK):

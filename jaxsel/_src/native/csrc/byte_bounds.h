@@ -56,13 +56,19 @@ inline Vec<float>::type LoadRowTail(ByteRow r, int64_t m) {
 // NaN or ±inf entry, or a largest entry below 2^-100 (no float step then); 0 for a row ≤ 0.
 inline float ByteRoundUp(const float* __restrict x, uint8_t* __restrict q, int64_t n) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  // The largest entry and whether all are finite do not depend on the order they are met in:
+  // the widest vector the target has (a 64-byte one would be kept in memory on AVX2).
+#if defined(__AVX512F__)
   using V = Vec<float>::type;
-  constexpr int64_t L = Vec<float>::kLanes;
+#else
+  using V = F8;
+#endif
+  constexpr int64_t L = sizeof(V) / sizeof(float);
   V vmax = {}, vbad = {};  // vbad sums x − x: 0, or NaN once an entry is NaN or ±inf
   int64_t j = 0;
   for (; j + L <= n; j += L) {
     const V v = Load<V>(x + j);
-    vmax = v > vmax ? v : vmax;
+    vmax = Max(v, vmax);
     vbad += v - v;
   }
   float mx = 0;
@@ -90,6 +96,22 @@ inline float ByteRoundUp(const float* __restrict x, uint8_t* __restrict q, int64
     y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(xv, zero, _CMP_GT_OQ) & _mm512_cmp_ps_mask(y, one, _CMP_LT_OQ), one);
     y = _mm512_min_ps(_mm512_max_ps(y, zero), top);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(y)));
+  }
+#elif defined(__AVX2__)
+  const __m256 vinv = _mm256_set1_ps(inv), zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f),
+               top = _mm256_set1_ps(255.0f);
+  for (; i + 32 <= n; i += 32) {
+    __m256i w[4];
+    for (int h = 0; h < 4; ++h) {
+      const __m256 xv = _mm256_loadu_ps(x + i + 8 * h);
+      __m256 y = _mm256_ceil_ps(_mm256_mul_ps(xv, vinv));
+      y = _mm256_blendv_ps(y, one, _mm256_and_ps(_mm256_cmp_ps(xv, zero, _CMP_GT_OQ), _mm256_cmp_ps(y, one, _CMP_LT_OQ)));
+      w[h] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(y, zero), top));
+    }
+    // 32 int32 in [0, 255] to bytes: the packs interleave 128-bit lanes, the permute restores order.
+    const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(w[0], w[1]), _mm256_packs_epi32(w[2], w[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
+                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   }
 #endif
   for (; i < n; ++i) {

@@ -12,8 +12,7 @@
 //   weighted; saturated coverage: the levels r_qi), valid [..., N] pred, costs [..., N] f32
 //   (ignored unless has_costs), budget [...] f32, min_gain [...] (−inf: none) → indices
 //   [..., K] s32, gains [..., K], values [..., K], count [...] s32, cost [...] f32, bound [...]
-//   (the certificate), scratch [..., S] u8 (the byte bounds' rows where S is large enough, see
-//   Greedy). A problem's matrix stays in cache for all K steps; problems of a batch
+//   (the certificate). A problem's matrix stays in cache for all K steps; problems of a batch
 //   run in parallel, a single large problem spreads each step's rows over the threads instead.
 //
 // Leading batch axes broadcast (size 1 against B: jax.vmap's "expand_dims").
@@ -27,6 +26,7 @@
 #include "gains.h"
 #include "item_major.h"
 #include "parallel.h"
+#include "scratch.h"
 #include "simd.h"
 #include "solve.h"
 #include "xla/ffi/api/ffi.h"
@@ -151,8 +151,8 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
                   ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                   ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
                   ffi::Result<ffi::Buffer<ffi::F32>> cost, ffi::Result<ffi::AnyBuffer> bound,
-                  ffi::Result<ffi::Buffer<ffi::U8>> scratch, bool weighted, bool lazy, bool has_costs,
-                  bool ratio, bool saturated, bool item_major) {
+                  bool weighted, bool lazy, bool has_costs, bool ratio, bool saturated, bool item_major,
+                  bool byte_bounds) {
   auto rd = rows.dimensions(), wd = w.dimensions(), vd = valid.dimensions(), md = min_gain.dimensions();
   auto kd = costs.dimensions(), bd = budget.dimensions();
   auto od = indices->dimensions();
@@ -191,8 +191,12 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
   // on small problems). Otherwise the problem is transposed first, into a buffer of this call.
   constexpr int64_t kDirectMaxK = 16, kDirectMaxNK = 2048;
   const bool direct = item_major && by_problem && (!lazy || (K <= kDirectMaxK && N * K <= kDirectMaxNK));
-  std::vector<T> whole;  // one large problem's transpose, made on all threads
-  if (item_major && !by_problem && batch.count > 0) whole.resize(N * N);
+  // One large problem's transpose, made on all threads, in a buffer kept between calls.
+  const bool transpose_whole = item_major && !by_problem && batch.count > 0;
+  Scratch whole_buf(transpose_whole ? N * N * sizeof(T) : 0);
+  T* whole = reinterpret_cast<T*>(whole_buf.data());
+  if (transpose_whole && whole == nullptr)
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jaxsel_cover_greedy: no memory for a transpose");
   // Problem b's candidate-major matrix (or, with `direct`, its item-major input); `transposed`
   // holds the transpose of a small problem, one buffer per chunk of problems.
   auto matrix = [&](int64_t b, std::vector<T>& transposed) -> const T* {
@@ -200,25 +204,21 @@ ffi::Error Greedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer w, f
     if (!item_major || direct) return src;
     if (!by_problem) {
       pfor(N, std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, N)),
-           [&](int64_t lo, int64_t hi) { TransposeRows<T>(src, whole.data(), N, lo, hi); });
-      return whole.data();
+           [&](int64_t lo, int64_t hi) { TransposeRows<T>(src, whole, N, lo, hi); });
+      return whole;
     }
     if (static_cast<int64_t>(transposed.size()) < N * N) transposed.resize(N * N);
     TransposeRows<T>(src, transposed.data(), N, 0, N);
     return transposed.data();
   };
   // A large float32 lazy problem solved on all threads bounds its stale tops from its rows
-  // rounded up to bytes (byte_bounds.h): N·N bytes and the N steps, in the `scratch` output that
-  // XLA allocates for this call (cover_kernel.py sizes it; the problems of a small batch share
-  // the first one's, as they are solved one after another).
-  uint8_t* bytes = nullptr;
-  float* bytes_step = nullptr;
-  const int64_t bytes_size = N * N + 4 * N + 64;  // the steps start 64-byte aligned
-  if (std::is_same<T, float>::value && lazy && !saturated && !by_problem && batch.count > 0 &&
-      static_cast<int64_t>(scratch->element_count()) >= bytes_size) {
-    bytes = scratch->typed_data();
-    bytes_step = reinterpret_cast<float*>(bytes + (N * N + 63) / 64 * 64);
-  }
+  // rounded up to bytes (byte_bounds.h): N·N bytes and the N steps, in a buffer kept between
+  // calls (scratch.h; the problems of a small batch share it, as they are solved one after
+  // another). Without the memory, the steps go without the bounds (the same picks).
+  byte_bounds &= std::is_same<T, float>::value && lazy && !saturated && !by_problem && batch.count > 0;
+  Scratch bytes_buf(byte_bounds ? (N * N + 63) / 64 * 64 + 4 * N : 0);  // the steps 64-byte aligned
+  uint8_t* bytes = bytes_buf.data();
+  float* bytes_step = bytes == nullptr ? nullptr : reinterpret_cast<float*>(bytes + (N * N + 63) / 64 * 64);
   // `transposed` and `gainer`: buffers of one chunk of problems (one thread's).
   auto solve = [&](int64_t b, std::vector<T>& transposed, ItemMajorGainer<T>& gainer) {
     const T* m = matrix(b, transposed);
@@ -246,18 +246,18 @@ ffi::Error CoverGreedy(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyBuffer
                        ffi::Result<ffi::Buffer<ffi::S32>> indices, ffi::Result<ffi::AnyBuffer> gains,
                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::Buffer<ffi::S32>> count,
                        ffi::Result<ffi::Buffer<ffi::F32>> cost, ffi::Result<ffi::AnyBuffer> bound,
-                       ffi::Result<ffi::Buffer<ffi::U8>> scratch, bool weighted, bool lazy, bool has_costs,
-                       bool ratio, bool saturated, bool item_major) {
+                       bool weighted, bool lazy, bool has_costs, bool ratio, bool saturated, bool item_major,
+                       bool byte_bounds) {
   auto t = rows.element_type();
   if (w.element_type() != t || min_gain.element_type() != t || gains->element_type() != t ||
       values->element_type() != t || bound->element_type() != t)
     return ffi::Error::InvalidArgument("jaxsel_cover_greedy: mixed dtypes");
   if (t == ffi::DataType::F32)
     return Greedy<float>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                         bound, scratch, weighted, lazy, has_costs, ratio, saturated, item_major);
+                         bound, weighted, lazy, has_costs, ratio, saturated, item_major, byte_bounds);
   if (t == ffi::DataType::F64)
     return Greedy<double>(pool, rows, w, valid, costs, budget, min_gain, indices, gains, values, count, cost,
-                          bound, scratch, weighted, lazy, has_costs, ratio, saturated, item_major);
+                          bound, weighted, lazy, has_costs, ratio, saturated, item_major, byte_bounds);
   return ffi::Error::InvalidArgument("jaxsel_cover_greedy: float32 or float64 only");
 }
 
@@ -289,10 +289,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, jaxsel::CoverGreedy,
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
                                   .Attr<bool>("weighted")
                                   .Attr<bool>("lazy")
                                   .Attr<bool>("has_costs")
                                   .Attr<bool>("ratio")
                                   .Attr<bool>("saturated")
-                                  .Attr<bool>("item_major"));
+                                  .Attr<bool>("item_major")
+                                  .Attr<bool>("byte_bounds"));
+
+// The scratch cache (scratch.h), for jaxsel's `native.clear_scratch()` and its tests (ctypes):
+// the bytes kept idle, and (clear: free them all) setting the most it keeps; returns the bytes freed.
+extern "C" {
+uint64_t JaxselScratchIdleBytes() { return jaxsel::ScratchCache::Get().IdleBytes(); }
+uint64_t JaxselScratchLimit() { return jaxsel::ScratchCache::Get().Limit(); }
+uint64_t JaxselScratchConfigure(int32_t clear, uint64_t limit) {
+  return jaxsel::ScratchCache::Get().Configure(clear != 0, limit);
+}
+}

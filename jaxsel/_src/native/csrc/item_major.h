@@ -57,7 +57,7 @@ struct ItemMajorGainer {
   template <bool kWeighted, bool kSaturated>
   static V Term(V x, V cv, V level) {
     V d;
-    if constexpr (kSaturated) d = (x < level ? x : level) - cv;
+    if constexpr (kSaturated) d = Min(x, level) - cv;
     else if constexpr (kWeighted) d = level * x - cv;
     else d = x - cv;
     return Relu(d);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -64,6 +65,42 @@ inline V Splat(T x) {
   return x - V{};  // x − (+0) is x exactly (−0 included): a broadcast
 }
 
+// a > b ? a : b (kMax) or a < b ? a : b lane by lane, b where either is NaN: MAXPS / MINPS
+// exactly. A 64-byte vector without AVX-512 goes as two 32-byte AVX2 halves: GCC lowers its
+// compare-and-select lane by lane otherwise (measured 5x slower).
+template <bool kMax, typename V>
+inline V Select(V a, V b) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 4) {
+    const __m256 x = reinterpret_cast<const __m256&>(a), y = reinterpret_cast<const __m256&>(b);
+    const __m256 r = kMax ? _mm256_max_ps(x, y) : _mm256_min_ps(x, y);
+    return reinterpret_cast<const V&>(r);
+  }
+  if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 8) {
+    const __m256d x = reinterpret_cast<const __m256d&>(a), y = reinterpret_cast<const __m256d&>(b);
+    const __m256d r = kMax ? _mm256_max_pd(x, y) : _mm256_min_pd(x, y);
+    return reinterpret_cast<const V&>(r);
+  }
+  if constexpr (sizeof(V) == 64) {  // two halves
+    typedef std::remove_reference_t<decltype(a[0])> T;
+    typedef T H __attribute__((vector_size(32)));
+    H al, ah, bl, bh;
+    std::memcpy(&al, &a, 32), std::memcpy(&ah, reinterpret_cast<const char*>(&a) + 32, 32);
+    std::memcpy(&bl, &b, 32), std::memcpy(&bh, reinterpret_cast<const char*>(&b) + 32, 32);
+    const H rl = Select<kMax>(al, bl), rh = Select<kMax>(ah, bh);
+    V r;
+    std::memcpy(&r, &rl, 32), std::memcpy(reinterpret_cast<char*>(&r) + 32, &rh, 32);
+    return r;
+  }
+#endif
+  if constexpr (kMax) return a > b ? a : b;
+  else return a < b ? a : b;
+}
+template <typename V>
+inline V Max(V a, V b) { return Select<true>(a, b); }
+template <typename V>
+inline V Min(V a, V b) { return Select<false>(a, b); }
+
 // d > 0 ? d : +0 lane by lane (NaN and −0 give +0): one MAXPS, whose (a > b ? a : b) is this
 // exactly with b = +0; GCC otherwise emits a compare and a masked move.
 template <typename V>
@@ -78,8 +115,7 @@ inline V Relu(V d) {
     return reinterpret_cast<V&>(r);
   }
 #endif
-  const V zero = {};
-  return d > zero ? d : zero;
+  return Max(d, V{});
 }
 
 // Whether any lane of x is above t.

@@ -164,7 +164,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
         int64_t j = 0;
         for (; j + L <= N; j += L) {
           const Vv x = Load<Vv>(z + j);
-          mx = x > mx ? x : mx;
+          mx = Max(x, mx);
         }
         T top = 0;
         for (int64_t l = 0; l < L; ++l) top = mx[l] > top ? mx[l] : top;

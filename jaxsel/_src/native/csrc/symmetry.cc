@@ -13,9 +13,12 @@
 // x [N, N] f32, seed [2] u32 → symmetric pred[], least f32[] (NaN ignored), finite pred[].
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.h"
@@ -27,64 +30,90 @@ namespace ffi = xla::ffi;
 namespace jaxsel {
 namespace {
 
-typedef uint64_t U8 __attribute__((vector_size(64)));
-typedef uint32_t W8 __attribute__((vector_size(32)));
+// Vectors of the widest the target has: kW 64-bit lanes (the hashes are sums mod 2^64, the least
+// entry a minimum: neither depends on the width or order, so every CPU variant agrees).
+#if defined(__AVX512F__)
+constexpr int kW = 8;
+#else
+constexpr int kW = 4;  // AVX2 and below: a 64-byte vector would be kept in memory
+#endif
+typedef uint64_t UW __attribute__((vector_size(8 * kW)));
+typedef uint32_t WW __attribute__((vector_size(4 * kW)));
+typedef float FW __attribute__((vector_size(4 * kW)));
 
-// Running least entry and finiteness of the entries seen, eight lanes and one scalar.
+// Running least entry and finiteness of the entries seen, kW lanes and one scalar.
 struct Stats {
-  F8 mn = F8{} + std::numeric_limits<float>::infinity();
-  F8 bad = {};  // Σ x − x: 0 while every entry is finite, NaN after a NaN or ±inf
+  FW mn = FW{} + std::numeric_limits<float>::infinity();
+  FW bad = {};  // Σ x − x: 0 while every entry is finite, NaN after a NaN or ±inf
   float mn1 = std::numeric_limits<float>::infinity();
   bool bad1 = false;
-  void Add(F8 x) {
-    mn = x < mn ? x : mn;
+  void Add(FW x) {
+    mn = Min(x, mn);
     bad += x - x;
   }
   void Add1(float x) {
     mn1 = x < mn1 ? x : mn1;
     bad1 |= !(x - x == 0.0f);
   }
-  float Min() const {
+  float Min1() const {
     float m = mn1;
-    for (int l = 0; l < 8; ++l) m = mn[l] < m ? mn[l] : m;
+    for (int l = 0; l < kW; ++l) m = mn[l] < m ? mn[l] : m;
     return m;
   }
   bool Finite() const {
     bool ok = !bad1;
-    for (int l = 0; l < 8; ++l) ok &= bad[l] == 0.0f;
+    for (int l = 0; l < kW; ++l) ok &= bad[l] == 0.0f;
     return ok;
   }
 };
 
-// Rows [lo, hi) of x: row_hash of each, their terms of col_hash added into `col` [n].
-// R rows at a time, their column terms summed in registers and added to `col` once.
-template <int64_t R>
-void HashRows(const float* __restrict x, int64_t n, int64_t i, const uint64_t* __restrict a,
-              uint64_t* __restrict row_hash, uint64_t* __restrict col, Stats& st) {
-  U8 ai[R], acc[R];
-  for (int64_t r = 0; r < R; ++r) ai[r] = U8{} + a[i + r], acc[r] = U8{};
+// b · a mod 2^64 lane by lane, b < 2^32 (an entry's bits), a = a_lo + 2^32 a_hi: two 32 x 32 → 64
+// multiplies (AVX2 has no 64-bit one; GCC's emulation takes three).
+inline UW MulBits(UW b, UW a_lo, UW a_hi) {
+#if defined(__AVX2__) && !defined(__AVX512DQ__)
+  const __m256i x = reinterpret_cast<const __m256i&>(b);
+  const __m256i r = _mm256_add_epi64(_mm256_mul_epu32(x, reinterpret_cast<const __m256i&>(a_lo)),
+                                     _mm256_slli_epi64(_mm256_mul_epu32(x, reinterpret_cast<const __m256i&>(a_hi)), 32));
+  return reinterpret_cast<const UW&>(r);
+#else
+  (void)a_hi;
+  return b * a_lo;
+#endif
+}
+
+// Rows [i, i + R) of x (row r at x + r·stride, any alignment): row_hash of each, their terms of
+// col_hash added into `col` [n]; with kCopy each row is also written to out + r·n while it is
+// in the cache. R rows at a time, their column terms summed in registers, added to `col` once.
+template <int64_t R, bool kCopy>
+void HashRows(const float* __restrict x, int64_t stride, float* __restrict out, int64_t n, int64_t i,
+              const uint64_t* __restrict a, const uint64_t* __restrict a_hi, uint64_t* __restrict row_hash,
+              uint64_t* __restrict col, Stats& st) {
+  UW ai[R], ai_hi[R], acc[R];
+  for (int64_t r = 0; r < R; ++r) ai[r] = UW{} + a[i + r], ai_hi[r] = UW{} + (a[i + r] >> 32), acc[r] = UW{};
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const U8 aj = Load<U8>(a + j);
-    U8 c = {};
+  for (; j + kW <= n; j += kW) {
+    const UW aj = Load<UW>(a + j), aj_hi = Load<UW>(a_hi + j);
+    UW c = {};
     for (int64_t r = 0; r < R; ++r) {
-      const F8 v = Load<F8>(x + (i + r) * n + j);
+      const FW v = Load<FW>(x + (i + r) * stride + j);
+      if constexpr (kCopy) std::memcpy(out + (i + r) * n + j, &v, sizeof(v));
       st.Add(v);
-      W8 w;
+      WW w;
       std::memcpy(&w, &v, sizeof(w));
-      const U8 b = __builtin_convertvector(w, U8);
-      acc[r] += b * aj;
-      c += b * ai[r];
+      const UW b = __builtin_convertvector(w, UW);
+      acc[r] += MulBits(b, aj, aj_hi);
+      c += MulBits(b, ai[r], ai_hi[r]);
     }
-    const U8 sum = Load<U8>(col + j) + c;
+    const UW sum = Load<UW>(col + j) + c;
     std::memcpy(col + j, &sum, sizeof(sum));
   }
   for (int64_t r = 0; r < R; ++r) {
-    const float* src = x + (i + r) * n;
+    const float* src = x + (i + r) * stride;
     uint64_t h = 0;
-    for (int l = 0; l < 8; ++l) h += acc[r][l];
+    for (int l = 0; l < kW; ++l) h += acc[r][l];
     for (int64_t t = j; t < n; ++t) {
       st.Add1(src[t]);
+      if constexpr (kCopy) out[(i + r) * n + t] = src[t];
       uint32_t w;
       std::memcpy(&w, src + t, 4);
       h += a[t] * w;
@@ -101,20 +130,21 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-ffi::Error SymmetryCheck(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U32> seed,
-                         ffi::Result<ffi::Buffer<ffi::PRED>> symmetric, ffi::Result<ffi::Buffer<ffi::F32>> least,
-                         ffi::Result<ffi::Buffer<ffi::PRED>> finite) {
-  auto d = x.dimensions();
-  if (d.size() != 2 || d[0] != d[1] || seed.element_count() != 2)
-    return ffi::Error::InvalidArgument("jaxsel_symmetry_check: x must be [N, N] and seed [2]");
-  const int64_t n = d[0];
-  const float* xp = x.typed_data();
-  uint64_t state = (uint64_t(seed.typed_data()[0]) << 32) | seed.typed_data()[1];
-  std::vector<uint64_t> a(n), row_hash(n);
-  for (auto& v : a) v = SplitMix64(state);
+struct CheckResult {
+  bool symmetric, finite;
+  float least;
+};
+
+// The pass over x [n, n] (rows `stride` floats apart), writing it to `out` [n, n] where not null.
+// `pfor(parts, fn)` runs fn(p0, p1) over [0, parts) on the threads there are.
+template <typename PFor>
+CheckResult Check(const float* x, int64_t stride, float* out, int64_t n, uint64_t seed, int64_t threads,
+                  const PFor& pfor) {
+  uint64_t state = seed;
+  std::vector<uint64_t> a(n), a_hi(n), row_hash(n);
+  for (int64_t j = 0; j < n; ++j) a[j] = SplitMix64(state), a_hi[j] = a[j] >> 32;
   // Row blocks, each with its own column sums (added up below: the sums are mod 2^64, so in
   // any order the same).
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n / 64, 4 * (threads + 1)));
   std::vector<uint64_t> cols(parts * n, 0);
   std::vector<Stats> stats(parts);
@@ -123,25 +153,45 @@ ffi::Error SymmetryCheck(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buf
 #else
   constexpr int64_t kRows = 4;
 #endif
-  ParallelFor(pool, parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t lo = n * p / parts, hi = n * (p + 1) / parts;
-      int64_t i = lo;
-      for (; i + kRows <= hi; i += kRows) HashRows<kRows>(xp, n, i, a.data(), row_hash.data(), cols.data() + p * n, stats[p]);
-      for (; i < hi; ++i) HashRows<1>(xp, n, i, a.data(), row_hash.data(), cols.data() + p * n, stats[p]);
-    }
-  });
-  bool same = true, ok = true;
-  float mn = std::numeric_limits<float>::infinity();
+  auto rows = [&](auto copy) {
+    constexpr bool kCopy = decltype(copy)::value;
+    pfor(parts, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t lo = n * p / parts, hi = n * (p + 1) / parts;
+        uint64_t* col = cols.data() + p * n;
+        int64_t i = lo;
+        for (; i + kRows <= hi; i += kRows)
+          HashRows<kRows, kCopy>(x, stride, out, n, i, a.data(), a_hi.data(), row_hash.data(), col, stats[p]);
+        for (; i < hi; ++i) HashRows<1, kCopy>(x, stride, out, n, i, a.data(), a_hi.data(), row_hash.data(), col, stats[p]);
+      }
+    });
+  };
+  if (out != nullptr) rows(std::true_type{});
+  else rows(std::false_type{});
+  CheckResult res{true, true, std::numeric_limits<float>::infinity()};
   for (int64_t j = 0; j < n; ++j) {
     uint64_t c = 0;
     for (int64_t p = 0; p < parts; ++p) c += cols[p * n + j];
-    same &= c == row_hash[j];
+    res.symmetric &= c == row_hash[j];
   }
-  for (const Stats& st : stats) ok &= st.Finite(), mn = std::min(mn, st.Min());
-  *symmetric->typed_data() = same;
-  *least->typed_data() = mn;
-  *finite->typed_data() = ok;
+  for (const Stats& st : stats) res.finite &= st.Finite(), res.least = std::min(res.least, st.Min1());
+  return res;
+}
+
+ffi::Error SymmetryCheck(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U32> seed,
+                         ffi::Result<ffi::Buffer<ffi::PRED>> symmetric, ffi::Result<ffi::Buffer<ffi::F32>> least,
+                         ffi::Result<ffi::Buffer<ffi::PRED>> finite) {
+  auto d = x.dimensions();
+  if (d.size() != 2 || d[0] != d[1] || seed.element_count() != 2)
+    return ffi::Error::InvalidArgument("jaxsel_symmetry_check: x must be [N, N] and seed [2]");
+  const int64_t n = d[0];
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  const CheckResult r = Check(
+      x.typed_data(), n, nullptr, n, (uint64_t(seed.typed_data()[0]) << 32) | seed.typed_data()[1], threads,
+      [&](int64_t parts, const auto& fn) { ParallelFor(pool, parts, 1, fn); });
+  *symmetric->typed_data() = r.symmetric;
+  *least->typed_data() = r.least;
+  *finite->typed_data() = r.finite;
   return ffi::Error::Success();
 }
 
@@ -156,3 +206,26 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselSymmetryCheck, jaxsel::SymmetryCheck,
                                   .Ret<ffi::Buffer<ffi::PRED>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::PRED>>());
+
+// JaxselCheckCopy (a plain C function, called through ctypes on host memory, without XLA): the
+// pass of jaxsel_symmetry_check over a caller's float32 x [n, n] whose rows are `stride` floats
+// apart (NumPy's own arrays: 16-byte aligned, which XLA cannot share), writing each row into
+// `out` [n, n] (64-byte aligned, contiguous: memory XLA shares) while it is in the cache; out
+// null: the checks alone. The checks, the symmetry test and the copy XLA needs in one read of x,
+// on `threads` threads. result: symmetric, finite (0/1) and the least entry.
+extern "C" void JaxselCheckCopy(const float* x, int64_t n, int64_t stride, float* out, uint32_t seed0,
+                                uint32_t seed1, int32_t threads, float* result) {
+  const int64_t t = std::max<int32_t>(1, threads);
+  const jaxsel::CheckResult r = jaxsel::Check(
+      x, stride, out, n, (uint64_t(seed0) << 32) | seed1, t - 1, [&](int64_t parts, const auto& fn) {
+        std::atomic<int64_t> next{0};
+        auto work = [&]() {
+          for (int64_t p; (p = next.fetch_add(1)) < parts;) fn(p, p + 1);
+        };
+        std::vector<std::thread> helpers;
+        for (int64_t h = 1; h < std::min<int64_t>(t, parts); ++h) helpers.emplace_back(work);
+        work();
+        for (auto& h : helpers) h.join();
+      });
+  result[0] = r.symmetric, result[1] = r.finite, result[2] = r.least;
+}
