@@ -252,6 +252,7 @@ def test_a_half_sent_body_does_not_hold_the_shutdown(tmp_path, server_process):
     rc = proc.wait(timeout=30)
     seconds = time.monotonic() - t0
   log = proc.stdout.read().decode(errors="replace")
+  print(f"SIGTERM with a half-sent body: a {status} to that client, exit in {seconds:.2f} s")
   assert status == 503 and "shutting down" in body["error"]["message"]
   assert rc in (0, -signal.SIGTERM) and seconds < 5, (seconds, log[-3000:])
 
