@@ -291,7 +291,7 @@ METHODS = SUBMODULAR + BASELINES + SEARCH
 NEEDS_QUERY = ("facility_location", "saturated_coverage", "mmr", "naive", "corag")
 
 
-# The default method per task, measured on held-out multi-hop QA (bench/RESULTS.md): with a
+# The default method per task, measured on held-out multi-hop QA (training/RESULTS.md): with a
 # question, the CORAG search with the learned second-hop scorer (NaiveRAG, facility location and
 # MMR all trail it there); without one, coverage (text selection: the only method that needs no
 # query).
