@@ -6,6 +6,7 @@
     python -m training answers ...         # answers a generator gives from each context
     python -m training granularity ...     # whole paragraphs or their sentences, one budget
     python -m training agent-menu ...      # the agent over granularity, scorer and iterations
+    python -m training wide ...            # CORAG among 10-1,000 documents (the search's width)
     python -m training latency ...         # select latency with cached embeddings
     python -m training features ...        # embed and cache whole-paragraph features
     python -m training label ...           # label questions for the configuration agent
@@ -32,6 +33,7 @@ COMMANDS = {
     "answers": "evaluate_answers",
     "granularity": "granularity_eval",
     "agent-menu": "agent_menu",
+    "wide": "wide_eval",
     "latency": "hop_latency",
     "features": "hop_features",
     "label": "label_queries",

@@ -217,7 +217,7 @@ def _widened(open_: Array, values: Array, visits: Array, widening: Array) -> Arr
 
 
 def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_penalty, root_order,
-               cons, widening, *, d, backup, normalize):
+               cons, widening, limit, *, d, backup, normalize):
   n = costs.shape[0]
   p0 = tree.depth[0]  # the pinned chunks the root holds
   m = tree.visits.shape[0]
@@ -245,8 +245,8 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
             jnp.where(levels == k + 1, child, path),
             jnp.where(levels == k, jnp.all(~open_ | (ar == j)), others_done), k + 1)
 
-  def more(c):  # an expanded node with room below; never more than T levels
-    return (tree.first_child[c[0]] >= 0) & (p0 + c[5] < d)
+  def more(c):  # an expanded node with room below; never more than `limit` (<= T) levels
+    return (tree.first_child[c[0]] >= 0) & (p0 + c[5] < limit)
 
   init = (jnp.zeros((), jnp.int32), root_order, cons_lib.used(root_order, n),
           jnp.where(levels == 0, 0, NO_ITEM), jnp.ones((d + 1,), bool), jnp.zeros((), jnp.int32))
@@ -264,7 +264,7 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
   bad = jnp.any(fits & ~jnp.isfinite(vals))  # a model scorer gave NaN/inf: stop here
   fits &= jnp.isfinite(vals)
   child_used = used[None, :] | jnp.eye(n, dtype=bool)
-  terminal = (pos + 1 >= d) | ~tree_lib.can_grow(child_used, child_cost, costs,
+  terminal = (pos + 1 >= limit) | ~tree_lib.can_grow(child_used, child_cost, costs,
                                                  valid & _room_after(cons, used, room), budget)
   # Block `i` belongs to iteration `i`: the index is the (unbatched) loop counter, so under
   # `vmap` these writes stay dynamic-update-slices rather than scatters.
@@ -306,10 +306,11 @@ def _iteration(i, tree: Tree, scorer, costs, budget, valid, exploration, cost_pe
 
 
 @pytree.jit_static_leaves(static_argnames=("iterations", "max_depth", "backup", "normalize"))
-def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening, *, iterations,
-            max_depth, backup, normalize):
+def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening, limit, *,
+            iterations, max_depth, backup, normalize):
   n = costs.shape[0]
   d = max_depth
+  limit = jnp.asarray(d if limit is None else jnp.clip(limit, 0, d), jnp.int32)
   m = 1 + iterations * n
   root_order, p0 = cons_lib.pinned_order(cons, d)
   root_used = cons_lib.used(root_order, n)
@@ -317,7 +318,7 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widen
   root_value = scorer_value(scorer, root_order)
   root_bad = ~jnp.isfinite(root_value)
   root_value = jnp.where(root_bad, 0.0, root_value)
-  root_done = (p0 >= d) | ~tree_lib.can_grow(root_used, root_cost, costs,
+  root_done = (p0 >= limit) | ~tree_lib.can_grow(root_used, root_cost, costs,
                                              valid & cons_lib.room(cons, root_used), budget)
   tree = Tree(
       parent=jnp.full((m,), NO_ITEM, jnp.int32),
@@ -338,7 +339,8 @@ def _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widen
 
   step = functools.partial(_iteration, scorer=scorer, costs=costs, budget=budget, valid=valid,
                            exploration=exploration, cost_penalty=cost_penalty,
-                           root_order=root_order, cons=cons, widening=widening, d=d, backup=backup,
+                           root_order=root_order, cons=cons, widening=widening, limit=limit, d=d,
+                           backup=backup,
                            normalize=normalize)
   tree = lax.fori_loop(0, iterations, step, tree)
 
@@ -382,7 +384,7 @@ def _check_tree_size(iterations: int, n: int) -> None:
 def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cost_penalty=0.1,
                  max_depth: Optional[int] = None, valid=None, backup: str = "max",
                  normalize: bool = False, pinned=None, groups=None,
-                 max_per_group=None, widening=None) -> SearchResult:
+                 max_per_group=None, widening=None, limit=None) -> SearchResult:
   """CORAG tree search for the best ordered combination of chunks within a token budget.
 
   Args:
@@ -418,6 +420,10 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
       exhausted (every child is still expanded and scored, and the answer is still the
       best node anywhere). None (default) or 0: all of them, the paper's rule. The Pipeline
       passes its `widening` setting (off by default) on requests of many candidates.
+    limit: most chunks in an order as a runtime value (an int array, may differ per query
+      under `vmap`; clipped to [pinned count, `max_depth`]): the same search as
+      `max_depth=limit` without compiling a program per value (the Pipeline passes `k` so).
+      None: `max_depth`.
 
   Returns:
     `SearchResult(order [T], length, value, cost, utility, tree, nonfinite)`.
@@ -449,6 +455,13 @@ def corag_search(scorer, costs, *, budget, iterations: int, exploration=2.4, cos
                      f"{float(widening)}.")
   cons = cons_lib.check(pinned, groups, max_per_group, n=costs.shape[0], k=max_depth, costs=costs,
                         budget=budget, valid=valid)
-  res = _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening,
+  if limit is not None:
+    limit = jnp.asarray(limit)
+    if limit.ndim != 0 or not jnp.issubdtype(limit.dtype, jnp.integer):
+      raise ValueError(f"`limit` must be an integer scalar (per query under `vmap`), got "
+                       f"{_kind(limit)}.")
+    if checks.is_concrete(limit) and int(limit) < 1:
+      raise ValueError(f"`limit` must be at least 1 (the most chunks in an order), got {int(limit)}.")
+  res = _search(scorer, costs, budget, valid, exploration, cost_penalty, cons, widening, limit,
                 iterations=iterations, max_depth=max_depth, backup=backup, normalize=normalize)
   return checked(res, scorer, what="corag_search")

@@ -11,6 +11,7 @@ float with `inf` for no budget.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import NamedTuple, Optional
@@ -278,13 +279,17 @@ def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: flo
   if cap is None:
     cap_groups[:] = -1
   pin = np.asarray(pin, np.int32)
-  if k is not None and len(pin) > k:
-    raise ValueError(f"`{name}pinned` holds {len(pin)} passages, more than `k`={k} allows.")
+  # At sentence granularity `k` and the caps count the passages the sentences come from.
+  unit = cands.parents if cands.parents is not None else np.arange(len(passages))
+  pinned_units = len(set(unit[pin].tolist()))
+  if k is not None and pinned_units > k:
+    raise ValueError(f"`{name}pinned` holds {pinned_units} passages, more than `k`={k} allows.")
   spent = float(cands.costs[pin].sum()) if len(pin) else 0.0
   if spent > budget:
     raise ValueError(f"`{name}pinned` passages alone cost {spent:g} tokens, over the budget {budget:g}.")
   if cap is not None and len(pin):
-    full = np.bincount(cap_groups[pin]).max()
+    full = max(collections.Counter(g for g, _ in set(zip(cap_groups[pin].tolist(),
+                                                           unit[pin].tolist()))).values())
     if full > cap:
       raise ValueError(f"`{name}pinned` alone breaks `max_per_group`={cap}: {full} pinned passages "
                        "share a group.")

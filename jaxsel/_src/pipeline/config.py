@@ -61,6 +61,14 @@ class PipelineConfig:
       CORAG widening), C = 2 moves every row by -3 to +3 points since the top-up follows
       the searched passages' links (paragraph joint recall on untitled HotpotQA at 384
       tokens: -3 [-7, 0]).
+    search_width: on a request of more candidates than this (documents, or sentences at
+      ``granularity="sentence"``), the CORAG search, its scorer and the text signals see only
+      this many: the pinned, then the best by a first pass (relevance interleaved with the
+      relevance to the query moved towards the three most relevant candidates,
+      `width.first_pass`); the top-up still sees all. Memory and time then stay bounded at
+      the sizes a reranking request sends (1,000 documents; docs/scale.md). 128 holds every
+      request of the evaluation sets whole (at most 100 sentences), so their picks do not
+      change.
     top_up: after the CORAG search, fill the leftover budget with the most relevant unused
       candidates (NaiveRAG on the rest); at ``granularity="sentence"`` first the lead
       sentences of the searched passages and of the passages they name, then the rest of the
@@ -95,6 +103,7 @@ class PipelineConfig:
   cost_penalty: float = 0.2
   widening: float = 0.0
   widen_above: int = 40
+  search_width: int = 128
   top_up: bool = True
   max_depth: Optional[int] = None
   batch_size: int = 64
@@ -113,7 +122,7 @@ class PipelineConfig:
       checks.integer(self.max_tokens, "max_tokens")
     checks.choice(self.greedy_method, "greedy_method", GREEDY_METHODS)
     checks.choice(self.nonneg, "nonneg", NONNEG_METHODS)
-    for name in ("candidates", "batch_size", "iterations", "solve_rows"):
+    for name in ("candidates", "batch_size", "iterations", "solve_rows", "search_width"):
       checks.integer(getattr(self, name), name)
     if self.max_depth is not None:
       checks.integer(self.max_depth, "max_depth")

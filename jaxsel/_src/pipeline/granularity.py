@@ -15,7 +15,10 @@ them at ``"passage"``: split from documents, given as `Passage`s, or retrieved f
    learned scorer's document id) is its passage's document, so the second-hop signals of a
    passage (its lead entity, links to and from it) are its sentences'.
 2. The method selects among the sentences as among passages (greedy, CORAG and the baselines
-   alike); `k` counts sentences.
+   alike). `k`, `pinned` and `max_per_group` count passages, as at ``"passage"`` (a document
+   given to the server or an adapter is one passage): the solve runs without them, and its
+   picks are kept in order while they hold (`Units`; a sentence of a passage already in always
+   fits), before the top-up, which honours them too.
 3. `merge` turns the picked sentences into what is sent: consecutive picked sentences of one
    passage become one `Passage` (their span, one prefix), a passage all of whose sentences are
    picked is sent whole, as it is; a sentence is therefore never sent beside its passage. The
@@ -166,6 +169,47 @@ def merge(result, parents: np.ndarray, passages: list, counter: TokenCounter,
       cost=int(sum(u.tokens for u in units)), granularity="sentence")
 
 
+class Units:
+  """The passages (`parents` `[N]`) the picks so far come from, against `k` passages and at
+  most `cap` passages per group (`constraints`' `(pinned, cap_groups [N], cap)`, ids of the
+  passages' groups; -1: none)."""
+
+  def __init__(self, parents: np.ndarray, k: Optional[int], constraints: Optional[tuple]):
+    self.parents, self.k = parents, k
+    self.groups, self.cap = (None, None) if constraints is None else constraints[1:]
+    self.units, self.per_group = set(), {}
+
+  def fits(self, i: int) -> bool:
+    m = int(self.parents[i])
+    if m in self.units:
+      return True
+    if self.k is not None and len(self.units) >= self.k:
+      return False
+    g = -1 if self.groups is None else int(self.groups[i])
+    return g < 0 or self.per_group.get(g, 0) < self.cap
+
+  def add(self, i: int) -> None:
+    m = int(self.parents[i])
+    if m not in self.units:
+      self.units.add(m)
+      g = -1 if self.groups is None else int(self.groups[i])
+      self.per_group[g] = self.per_group.get(g, 0) + 1
+
+
+def within(picks: tuple, parents: np.ndarray, *, k: Optional[int],
+           constraints: Optional[tuple]) -> tuple:
+  """(order, gains, curve) `[K]` of sentence picks, less those that would bring in a passage
+  beyond `k` passages or beyond its group's cap (`Units`), in order."""
+  order = np.asarray(picks[0], np.int64)
+  units, keep = Units(parents, k, constraints), []
+  for t, i in enumerate(order):
+    if units.fits(int(i)):
+      units.add(int(i))
+      keep.append(t)
+  keep = np.asarray(keep, np.int64)
+  return tuple(np.asarray(x)[keep] for x in picks)
+
+
 def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.ndarray,
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
          constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None,
@@ -177,7 +221,8 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   of a searched passage counts; by decreasing relevance), then the
   searched passages' other sentences (passages in pick order, each one's sentences by
   decreasing `relevance` `[N]`), then every other sentence by decreasing relevance, each taken
-  while it fits the budget (its `costs` `[N]`), `k` and its group's cap (`constraints`) and is
+  while it fits the budget (its `costs` `[N]`), `k` passages and its group's cap of passages
+  (`constraints`, `Units`) and is
   not to be skipped (`skip` `[N]` bool: `candidates.repeats`). The search chose which passages
   matter; their other sentences are what it could not reach in a few iterations over many
   candidates, a lead sentence says what its passage is about, and a passage a searched one
@@ -189,11 +234,9 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   order = [int(i) for i in order]
   taken = set(order)
   spent = float(np.sum(costs[order])) if order else 0.0
-  cap_groups, cap = (None, None) if constraints is None else constraints[1:]
-  used = {}
-  if cap_groups is not None:
-    for i in order:
-      used[int(cap_groups[i])] = used.get(int(cap_groups[i]), 0) + 1
+  units = Units(parents, k, constraints)
+  for i in order:
+    units.add(i)
   by_relevance = sorted(range(len(costs)), key=lambda i: (-float(relevance[i]), i))
   searched = list(dict.fromkeys(int(parents[i]) for i in order))
   lead = {}
@@ -202,16 +245,13 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   rest = ([lead[m] for m in searched] + _linked_leads(searched, parents, links, groups, relevance)
           + [i for m in searched for i in by_relevance if parents[i] == m] + by_relevance)
   for i in rest:
-    if (i in taken or spent + float(costs[i]) > budget or (k is not None and len(order) >= k)
-        or (skip is not None and skip[i])):
-      continue
-    g = -1 if cap_groups is None else int(cap_groups[i])
-    if g >= 0 and used.get(g, 0) >= cap:
+    if (i in taken or spent + float(costs[i]) > budget or (skip is not None and skip[i])
+        or not units.fits(i)):
       continue
     order.append(i)
     taken.add(i)
     spent += float(costs[i])
-    used[g] = used.get(g, 0) + 1
+    units.add(i)
   added = len(order) - searched_picks
   last = curve[-1] if len(curve) else 0.0
   return (np.asarray(order, np.int64), np.concatenate([gains, np.zeros(added, gains.dtype)]),

@@ -39,10 +39,13 @@ from jaxsel._src.pipeline import candidates as cands_lib
 from jaxsel._src.pipeline import granularity as granularity_lib
 from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import solve as solve_lib
+from jaxsel._src.pipeline import width as width_lib
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
 from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, Answer, SelectionResult
+from jaxsel._src.bridge import group_ids
 from jaxsel._src.checks import check_texts
+from jaxsel._src.constraints import UNCAPPED
 from jaxsel._src.scorers.hops import load_hop_params
 from jaxsel._src.search import raise_if_nonfinite
 from jaxsel._src.tokens import TokenCounter, token_counter
@@ -74,6 +77,16 @@ class _Request(NamedTuple):
   constraints: Optional[tuple] = None  # `candidates.constraints`: (pinned, cap_groups, cap)
   repeats: Optional[np.ndarray] = None  # CORAG: `candidates.repeats` [N], or None
   widening: float = 0.0  # CORAG's progressive widening (a wide request: `PipelineConfig.widening`)
+  # CORAG over more than `search_width` candidates: the `[W']` it searches (`width.searched`;
+  # `signals` are theirs), else None.
+  searched: Optional[np.ndarray] = None
+
+
+def _pinned_only(cons: Optional[tuple]) -> Optional[tuple]:
+  """`cons` (`candidates.constraints`) with its pinned and no group caps."""
+  if cons is None:
+    return None
+  return cons[0], np.full(len(cons[1]), -1, np.int32), UNCAPPED
 
 
 def _certificate(out: solve_lib.Output, method: str) -> dict:
@@ -351,12 +364,19 @@ class Pipeline:
     else:
       choice = self.agent.predict(np.mean(np.asarray(q_emb, np.float32), axis=0))
       scorer, it, c, lam = choice.scorer, choice.iterations, choice.exploration, choice.cost_penalty
+    repeats = cands_lib.repeats(cands.passages, cons)
+    pinned = () if cons is None else cons[0]
+    searched = None
+    if len(pinned) <= cfg.search_width // 2:  # else the search runs over all candidates
+      searched = width_lib.searched(q_emb, cands.embeddings, cands.symmetric,
+                                    width=cfg.search_width, pinned=pinned, skip=repeats)
+    seen = cands.passages if searched is None else [cands.passages[i] for i in searched]
     signals = None
     if callable(scorer) or scorer in methods.USES_TEXT_SIGNALS:
-      signals = self._text_signals(queries, cands.passages)
-    wide = len(cands.passages) > cfg.widen_above
+      signals = self._text_signals(queries, seen)
+    wide = len(seen) > cfg.widen_above
     return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals, cons,
-                    cands_lib.repeats(cands.passages, cons), cfg.widening if wide else 0.0)
+                    repeats, cfg.widening if wide else 0.0, searched)
 
   def _text_signals(self, queries: list, passages: list):
     """`methods.text_signals` of a request (tens of milliseconds of Python for 20 passages),
@@ -369,10 +389,17 @@ class Pipeline:
                            size=self.config.cache_size)
 
   # -- the solve -------------------------------------------------------------------------------
-  def _solve_config(self, r: _Request, *, n: int, k: int, min_gain) -> solve_lib.SolveConfig:
+  def _solve_config(self, r: _Request, *, n: int, k: Optional[int],
+                    min_gain) -> solve_lib.SolveConfig:
+    """The static settings of `r`'s solve over `n` (padded) candidates. Only greedy's `k` is
+    static (its certificate is the bound for k picks); CORAG, NaiveRAG and MMR take theirs at
+    run time (`Settings.limit`) under a depth of all `n`, so a new `k` compiles nothing."""
     cfg = self.config
     dense = (cfg.method not in methods.SUBMODULAR or n <= cfg.dense_limit
              or cfg.nonneg not in ELEMENTWISE_NONNEG)
+    if cfg.method not in methods.SUBMODULAR:
+      k = None
+    k = n if k is None else min(int(k), n)
     return solve_lib.SolveConfig(
         method=cfg.method, k=k, depth=min(k, cfg.max_depth or n), greedy_method=cfg.greedy_method,
         scorer=r.scorer, iterations=r.iterations, nonneg=cfg.nonneg, dense=dense,
@@ -380,7 +407,8 @@ class Pipeline:
         use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
         # At sentence granularity CORAG's top-up runs after the solve (`granularity.fill`).
         top_up=cfg.method == "corag" and cfg.top_up and r.candidates.parents is None,
-        constrained=r.constraints is not None, widen=r.widening > 0)
+        constrained=r.constraints is not None, widen=r.widening > 0,
+        width=None if r.searched is None else cfg.search_width)
 
   def _solve(self, requests: Sequence[_Request], *, k, min_gain) -> list:
     """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
@@ -390,28 +418,32 @@ class Pipeline:
     padded by repeating it): `select` and every batch size run the same program, so a request
     gets the same floats however many requests share its call."""
     cfg = self.config
+    # At sentence granularity `k` and the group caps count passages: the solve runs without
+    # them (`granularity.within` keeps its picks while they hold; the pinned stay).
+    sentence = requests[0].candidates.parents is not None
+    k = None if sentence else k
     groups = collections.defaultdict(list)
     for i, r in enumerate(requests):
       groups[(solve_lib.bucket(len(r.candidates.passages)), solve_lib.query_bucket(len(r.queries)),
               r.scorer, r.iterations, bool(np.isfinite(r.budget)),
-              r.constraints is not None, r.widening > 0)].append(i)
+              r.constraints is not None, r.widening > 0, r.searched is not None)].append(i)
     outs = [None] * len(requests)
     for (n_pad, q_pad, *_), rows in groups.items():
-      # k is static: bucketed too (the picks are cut to the request's own k afterwards).
-      config = self._solve_config(requests[rows[0]], n=n_pad,
-                                  k=n_pad if k is None else min(int(k), n_pad), min_gain=min_gain)
+      # The picks are cut to the request's own k afterwards.
+      config = self._solve_config(requests[rows[0]], n=n_pad, k=k, min_gain=min_gain)
       for start in range(0, len(rows), cfg.solve_rows):
         part = rows[start:start + cfg.solve_rows]
         full = part + [part[-1]] * (cfg.solve_rows - len(part))
         inputs = solve_lib.pad_batch(
             [(requests[i].query_embeddings, requests[i].candidates.embeddings,
               requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
-              requests[i].constraints, requests[i].repeats) for i in full],
-            n=n_pad, q=q_pad)
+              _pinned_only(requests[i].constraints) if sentence else requests[i].constraints,
+              requests[i].repeats, requests[i].searched) for i in full],
+            n=n_pad, q=q_pad, w=config.width)
         settings = solve_lib.stack([solve_lib.Settings.of(
             budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
             exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
-            diversity=cfg.diversity, widening=requests[i].widening) for i in full])
+            diversity=cfg.diversity, widening=requests[i].widening, limit=k) for i in full])
         out = solve_lib.run(inputs, settings, config)
         for b, i in enumerate(part):
           outs[i] = solve_lib.row(out, b)
@@ -423,9 +455,14 @@ class Pipeline:
                        what=f"this request's {cfg.method!r} selection")
     # A searched order is not a greedy ranking (a later chunk may pay off only after an
     # earlier one), so `min_gain` cuts only the greedy baselines after the fact.
+    sentence = r.candidates.parents is not None
     order, gains, curve = solve_lib.picks(
-        out, n=len(passages), k=k, min_gain=min_gain if cfg.method in methods.BASELINES else None,
+        out, n=len(passages), k=None if sentence else k,
+        min_gain=min_gain if cfg.method in methods.BASELINES else None,
         pinned=0 if r.constraints is None else len(r.constraints[0]))
+    if sentence:  # `k` and the caps count passages
+      order, gains, curve = granularity_lib.within((order, gains, curve), r.candidates.parents,
+                                                   k=k, constraints=r.constraints)
     rel = out.relevance[:len(r.queries), :len(passages)] if r.queries else None
 
     def build(order, gains, curve, budget=r.budget):
@@ -449,9 +486,24 @@ class Pipeline:
     return granularity_lib.top_up(
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0), parents=c.parents,
         budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
-        links=None if r.signals is None else r.signals.links,
-        groups=None if r.signals is None else r.signals.groups,
+        **self._links(r),
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, self.tokenizer))
+
+  @staticmethod
+  def _links(r: _Request) -> dict:
+    """The text signals' `links` `[N, N]` and `groups` `[N]` over all of `r`'s candidates
+    (the sentence top-up's): those of the searched ones, where the search had a width (no
+    links from or to the others; the groups of all, `bridge.group_ids`)."""
+    sig = r.signals
+    if sig is None:
+      return {"links": None, "groups": None}
+    if r.searched is None:
+      return {"links": sig.links, "groups": sig.groups}
+    ps, idx = r.candidates.passages, r.searched
+    links = np.zeros((len(ps), len(ps)), np.float32)
+    links[np.ix_(idx, idx)] = sig.links
+    return {"links": links,
+            "groups": group_ids([p.doc for p in ps], [p.title for p in ps])}
 
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
@@ -490,7 +542,8 @@ class Pipeline:
       granularity: ``"passage"`` (the default: each candidate is sent whole) or ``"sentence"``:
         the candidates are the passages' sentences, and each passage is sent whole or as runs
         of its picked sentences (with its title where a run does not hold it), all within the
-        one budget; `k` and `max_per_group` then count sentences. See docs/pipeline.md.
+        one budget; `k`, `pinned` and `max_per_group` still count passages (the sentences'
+        passages: parts of at most `k` of them are sent). See docs/pipeline.md.
     """
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=embeddings is not None)

@@ -69,6 +69,9 @@ class Inputs(NamedTuple):
   # [N] bool: a candidate whose text an earlier or pinned one has (`candidates.repeats`); CORAG
   # searches and tops up without them. None: no request of the batch has one.
   repeats: Optional[Array] = None
+  # [W] int32 the candidates the CORAG search runs over (`SolveConfig.width`; -1 padded): the
+  # pinned, then the best by `first_pass`; the text signals are theirs (`[W, W]`). None: all.
+  searched: Optional[Array] = None
 
 
 class Settings(NamedTuple):
@@ -80,13 +83,19 @@ class Settings(NamedTuple):
   cost_penalty: Array  # []
   diversity: Array  # []
   widening: Array  # [] CORAG's progressive widening (read when `SolveConfig.widen`; 0: none)
+  # [] int32 most picks of CORAG, NaiveRAG and MMR (the request's `k`): a runtime value under
+  # the static `SolveConfig.depth`, so a new `k` compiles nothing.
+  limit: Array = np.int32(2**30)
 
   @classmethod
   def of(cls, *, budget: float, min_gain: Optional[float], discount: float, exploration: float,
-         cost_penalty: float, diversity: float, widening: float = 0.0) -> "Settings":
-    """Host float32 scalars; `min_gain` None is 0 (then `use_min_gain` is off)."""
-    return cls(*(np.float32(x) for x in (budget, 0.0 if min_gain is None else min_gain, discount,
-                                         exploration, cost_penalty, diversity, widening)))
+         cost_penalty: float, diversity: float, widening: float = 0.0,
+         limit: Optional[int] = None) -> "Settings":
+    """Host scalars (float32, `limit` int32); `min_gain` None is 0 (then `use_min_gain` is
+    off); `limit` None: no limit but the static depth."""
+    floats = (np.float32(x) for x in (budget, 0.0 if min_gain is None else min_gain, discount,
+                                      exploration, cost_penalty, diversity, widening))
+    return cls(*floats, np.int32(2**30 if limit is None else limit))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +114,8 @@ class SolveConfig:
     constrained: honour `Inputs.pinned`, `cap_groups` and `caps` (else they are not read, and
       greedy keeps its native fused run).
     widen: CORAG searches with `Settings.widening` (else without widening, and it is not read).
+    width: CORAG searches over the `width` candidates of `Inputs.searched` (its scorer, text
+      signals and tree are theirs; the top-up sees all), else over all of them.
   """
   method: str
   k: int
@@ -120,6 +131,7 @@ class SolveConfig:
   top_up: bool = False
   constrained: bool = False
   widen: bool = False
+  width: Optional[int] = None
 
 
 class Output(NamedTuple):
@@ -137,7 +149,12 @@ class Output(NamedTuple):
 
 
 def _prefix_values(scorer, order: Array):
-  """Scorer values after each prefix of `order` `[T]` (the curve) and their increments."""
+  """Scorer values after each prefix of `order` `[T]` (the curve) and their increments: one
+  pass for a scorer with `prefix_values` (an objective's: O(T·N)), else every prefix scored."""
+  if hasattr(scorer, "prefix_values"):
+    values = scorer.prefix_values(order).astype(jnp.float32)
+    empty = scorer(jnp.full(order.shape, NO_ITEM, jnp.int32)).astype(jnp.float32)
+    return values, jnp.diff(jnp.concatenate([empty[None], values]))
   t = order.shape[0]
   prefixes = jnp.where(jnp.arange(t)[None, :] < jnp.arange(1, t + 1)[:, None], order[None, :], NO_ITEM)
   values = jax.vmap(scorer)(jnp.concatenate([jnp.full((1, t), NO_ITEM, jnp.int32), prefixes]))
@@ -191,29 +208,92 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
     res = mmr(sc, req.costs, budget=total, similarity=req.similarity, diversity=settings.diversity,
               max_depth=c.depth, relevance=rel, valid=req.valid, **cons)
   else:
-    sc = methods.scorer(c.scorer, req, discount=settings.discount)
-    res = corag_search(sc, req.costs, budget=total, iterations=c.iterations,
-                       exploration=settings.exploration, cost_penalty=settings.cost_penalty,
-                       max_depth=c.depth, valid=req.valid,
-                       widening=settings.widening if c.widen else None, **cons)
-    if c.top_up:
-      res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid,
-                                   cons_lib.check(None, cons.get("groups"), cons.get("max_per_group"),
-                                                  n=req.costs.shape[0])))
+    return _corag(inputs, settings, c, req, rel, total, cons, shown)
   curve, gains = _prefix_values(sc, res.order)
-  if res.tree is None:  # a baseline
-    return Output(res.order, gains, curve, res.length, shown, res.nonfinite, nan, nan, no,
-                  nan, nan)
+  return Output(res.order, gains, curve, res.length, shown, res.nonfinite, nan, nan, no, nan, nan)
+
+
+def _corag(inputs: Inputs, settings: Settings, c: SolveConfig, req: methods.Request, rel: Array,
+           total: Array, cons: dict, shown: Array) -> Output:
+  """The CORAG branch of `solve`: the search over all candidates, or over the `c.width` of
+  `inputs.searched` (`_searched`) with its order mapped back; then the top-up over all."""
+  sreq, scons, inverse = req, cons, None
+  if c.width is not None:
+    sub, inverse = _searched(inputs)
+    sreq = request(sub, nonneg=c.nonneg, dense=c.dense)
+    if sub.repeats is not None:
+      keep = sreq.valid & ~sub.repeats
+      sreq = sreq._replace(relevance=jnp.where(keep[None, :], sreq.relevance, 0),
+                           costs=jnp.where(keep, sreq.costs, 0), valid=keep)
+    if c.constrained:
+      scons = {"pinned": sub.pinned, "groups": sub.cap_groups, "max_per_group": sub.caps}
+  sc = methods.scorer(c.scorer, sreq, discount=settings.discount)
+  depth = min(c.depth, sreq.costs.shape[0])
+  res = corag_search(sc, sreq.costs, budget=total, iterations=c.iterations,
+                     exploration=settings.exploration, cost_penalty=settings.cost_penalty,
+                     max_depth=depth, valid=sreq.valid, limit=settings.limit,
+                     widening=settings.widening if c.widen else None, **scons)
+  if inverse is not None:  # subset indices -> the request's, padded to the full depth
+    idx = jnp.maximum(inputs.searched, 0)
+    order = jnp.where(res.order >= 0, idx[jnp.maximum(res.order, 0)], NO_ITEM)
+    res = res._replace(order=jnp.concatenate(
+        [order, jnp.full((c.depth - depth,), NO_ITEM, jnp.int32)]))
+  if c.top_up:
+    res = res._replace(**_top_up(res.order, req.costs, rel, total, req.valid,
+                                 cons_lib.check(None, cons.get("groups"), cons.get("max_per_group"),
+                                                n=req.costs.shape[0]), limit=settings.limit))
+  if inverse is None:
+    curve, gains = _prefix_values(sc, res.order)
+  else:
+    curve, gains = _subset_prefix_values(sc, res.order, inverse, depth)
+  nan = jnp.full((), jnp.nan, jnp.float32)
   exhausted, searched, estimate = tree_lib.search_estimate(res.tree, settings.exploration)
   return Output(res.order, gains, curve, res.length, shown, res.nonfinite, nan, nan,
                 exhausted, searched, estimate)
 
 
+def _searched(inputs: Inputs) -> tuple:
+  """(the request restricted to `inputs.searched` `[W]`: its candidates, constraints mapped to
+  their places in it (the pinned lead it, `pad_batch`), the text signals already theirs;
+  `inverse` `[N]` int32: each candidate's place in it, -1 outside)."""
+  idx, n = inputs.searched, inputs.costs.shape[0]
+  w = idx.shape[0]
+  ok = idx >= 0
+  safe = jnp.where(ok, idx, 0)
+  inverse = jnp.full((n,), NO_ITEM, jnp.int32).at[jnp.where(ok, idx, n)].set(
+      jnp.arange(w, dtype=jnp.int32), mode="drop")
+  take = lambda x: None if x is None else x[safe]  # noqa: E731
+  pinned = None
+  if inputs.pinned is not None:
+    p = inputs.pinned[:w]
+    pinned = jnp.where(p >= 0, inverse[jnp.maximum(p, 0)], NO_ITEM)
+  sub = inputs._replace(passages=take(inputs.passages), symmetric=take(inputs.symmetric),
+                        costs=jnp.where(ok, inputs.costs[safe], 0), valid=inputs.valid[safe] & ok,
+                        pinned=pinned, cap_groups=take(inputs.cap_groups),
+                        repeats=take(inputs.repeats), searched=None)
+  return sub, inverse
+
+
+def _subset_prefix_values(scorer, order: Array, inverse: Array, w: int):
+  """`_prefix_values` of an `order` `[T]` of the request's candidates, scored by a `scorer` of
+  the searched subset (`inverse` `[N]`: each candidate's place in it, -1 outside): a pick
+  outside the subset adds 0 (the scorer does not know it). At most `w` picks lie inside."""
+  sub = jnp.where(order >= 0, inverse[jnp.maximum(order, 0)], NO_ITEM)
+  inside = sub >= 0
+  pos = jnp.cumsum(inside.astype(jnp.int32)) - 1  # subset picks so far, less one
+  compact = jnp.full((w,), NO_ITEM, jnp.int32).at[jnp.where(inside, pos, w)].set(sub, mode="drop")
+  values, _ = _prefix_values(scorer, compact)
+  empty = jax.vmap(scorer)(jnp.full((1, w), NO_ITEM, jnp.int32))[0].astype(jnp.float32)
+  curve = jnp.where(pos >= 0, values[jnp.clip(pos, 0, w - 1)], empty)
+  return curve, jnp.diff(jnp.concatenate([empty[None], curve]))
+
+
 def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: Array,
-            cons=None) -> dict:
+            cons=None, limit=None) -> dict:
   """The searched `order` `[T]` followed by the unused valid candidates in decreasing relevance
   (ties to the lower index) that still fit the budget (and their group's cap, `cons`), while
-  positions are left: NaiveRAG on what the search left over. -> `{"order", "length", "cost"}`."""
+  positions are left (at most `limit` picks in all): NaiveRAG on what the search left over.
+  -> `{"order", "length", "cost"}`."""
   t, n = order.shape[0], costs.shape[0]
   length = jnp.sum(order >= 0).astype(jnp.int32)
   used = jnp.zeros((n,), bool).at[jnp.where(order >= 0, order, n)].set(True, mode="drop")
@@ -224,6 +304,8 @@ def _top_up(order: Array, costs: Array, relevance: Array, budget: Array, valid: 
     order, length, spent = c
     j = ranked[i]
     take = valid[j] & ~used[j] & (spent + costs[j] <= budget) & (length < t)
+    if limit is not None:
+      take &= length < limit
     take &= cons_lib.room(cons, cons_lib.used(order, n))[j]
     order = jnp.where(take, order.at[jnp.minimum(length, t - 1)].set(j), order)
     return order, length + take.astype(jnp.int32), spent + jnp.where(take, costs[j], 0)
@@ -251,30 +333,35 @@ def _signals(b: int, n: int, lexical: bool) -> methods.TextSignals:
       overlap=np.zeros((b, n), np.float32) if lexical else None, covered=square(), shared=square())
 
 
-def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
+def pad_batch(requests: Sequence[tuple], *, n: int, q: int, w: Optional[int] = None) -> Inputs:
   """`[B]` requests padded to `n` candidates and `q` queries, host side, written straight into
   the `[B, ...]` arrays. Each request is `(q_emb [Q, D] or None, p_emb [M, D], s_emb [M, D],
-  costs [M], signals[, constraints[, repeats]])`, `signals` a `methods.TextSignals` or None,
-  `constraints` None or `(pinned [P], cap_groups [M] ids in [0, M) or -1, cap int)`, `repeats`
-  None or `[M]` bool (`candidates.repeats`); padded
-  candidates are invalid and each its own group (and in no capped group). The batch carries
-  text signals only when one of its requests has them (zeros for the others), and the lexical
-  ones only when one has those."""
+  costs [M], signals[, constraints[, repeats[, searched]]])`, `signals` a `methods.TextSignals`
+  or None, `constraints` None or `(pinned [P], cap_groups [M] ids in [0, M) or -1, cap int)`,
+  `repeats` None or `[M]` bool (`candidates.repeats`), `searched` None or `[W']` int32 (the
+  candidates a CORAG search of width `w` runs over; its `signals` are theirs, `[W', W']`);
+  padded candidates are invalid and each its own group (and in no capped group). The batch
+  carries text signals only when one of its requests has them (zeros for the others), and the
+  lexical ones only when one has those."""
   b, d = len(requests), requests[0][1].shape[1]
   given = [r[4] for r in requests if r[4] is not None]
   repeated = any(len(r) > 6 and r[6] is not None for r in requests)
-  sig = _signals(b, n, any(g.overlap is not None for g in given)) if given else None
+  ns = n if w is None else w  # the text signals' size: all candidates, or the searched
+  sig = _signals(b, ns, any(g.overlap is not None for g in given)) if given else None
   out = Inputs(query=np.zeros((b, q, d), np.float32), query_valid=np.zeros((b, q), bool),
                passages=np.zeros((b, n, d), np.float32), symmetric=np.zeros((b, n, d), np.float32),
                costs=np.zeros((b, n), np.float32), valid=np.zeros((b, n), bool), signals=sig,
                pinned=np.full((b, n), NO_ITEM, np.int32),
                cap_groups=np.full((b, n), NO_ITEM, np.int32),
                caps=np.full((b, n), cons_lib.UNCAPPED, np.int32),
-               repeats=np.zeros((b, n), bool) if repeated else None)
+               repeats=np.zeros((b, n), bool) if repeated else None,
+               searched=None if w is None else np.full((b, w), NO_ITEM, np.int32))
   for i, (q_emb, p_emb, s_emb, costs, signals, *rest) in enumerate(requests):
     m = p_emb.shape[0]
     if len(rest) > 1 and rest[1] is not None:
       out.repeats[i, :m] = rest[1]
+    if len(rest) > 2 and rest[2] is not None:
+      out.searched[i, :len(rest[2])] = rest[2]
     if rest and rest[0] is not None:
       pinned, cap_groups, cap = rest[0]
       out.pinned[i, :len(pinned)] = pinned
@@ -288,11 +375,12 @@ def pad_batch(requests: Sequence[tuple], *, n: int, q: int) -> Inputs:
     out.costs[i, :m] = costs
     out.valid[i, :m] = True
     if signals is not None:
+      m = signals.mentioned.shape[0]
       sig.links[i, :m, :m] = signals.links
       sig.mentioned[i, :m] = signals.mentioned
       sig.entities[i, :m, :m] = signals.entities
       sig.groups[i, :m] = signals.groups
-      sig.groups[i, m:] += n
+      sig.groups[i, m:] += ns
       if signals.overlap is not None:
         sig.overlap[i, :m] = signals.overlap
         sig.covered[i, :m, :m] = signals.covered

@@ -51,6 +51,13 @@ class ObjectiveScorer(Composable):
     return self.objective.num_candidates
 
   def __call__(self, order: Array) -> Array:
+    if order.shape[-1] == 0:
+      return jnp.zeros((), self.objective.state_value(self.objective.init()).dtype)
+    return self.prefix_values(order)[-1]
+
+  def prefix_values(self, order: Array) -> Array:
+    """`[T]` the value of each prefix of `order` (entry t: `self(order[:t + 1])`), in one pass
+    over the objective's incremental state (O(T·N) rather than T calls)."""
     used, idx = safe_order(order)
     w = discounts(self.discount, order.shape[-1])
 
@@ -60,12 +67,13 @@ class ObjectiveScorer(Composable):
       new = self.objective.update(state, j)
       state = jax.tree.map(lambda a, b: jnp.where(u, a, b), new, state)
       val = self.objective.state_value(state)
-      return (state, val, total + wt * (val - prev)), None
+      total = total + wt * (val - prev)
+      return (state, val, total), total
 
     s0 = self.objective.init()
     v0 = self.objective.state_value(s0)
-    (_, _, total), _ = lax.scan(step, (s0, v0, jnp.zeros((), v0.dtype)), (idx, used, w))
-    return total
+    _, values = lax.scan(step, (s0, v0, jnp.zeros((), v0.dtype)), (idx, used, w))
+    return values
 
   def append_gains(self, order: Array) -> Optional[Array]:
     used, idx = safe_order(order)
