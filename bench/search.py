@@ -172,10 +172,10 @@ def main(argv=None):
   searches = [jax.jit(jax.vmap(lambda s, co, bb, c=c: jaxsel.corag_search(
       s, co, budget=bb, iterations=it, max_depth=d, exploration=c, normalize=args.normalize)))
       for c in args.exploration]
-  exhaustive = jax.jit(jax.vmap(lambda s, c, bb: jaxsel.exhaustive_search(
+  exhaustive = jax.jit(jax.vmap(lambda s, c, bb: jaxsel.contrib.exhaustive_search(
       s, c, budget=bb, max_size=d, batch_size=8192)))
-  naive = jax.jit(jax.vmap(lambda s, c, bb: jaxsel.naive_rag(s, c, budget=bb, max_depth=d)))
-  mmr = jax.jit(jax.vmap(lambda s, c, bb, m: jaxsel.mmr(
+  naive = jax.jit(jax.vmap(lambda s, c, bb: jaxsel.contrib.naive_rag(s, c, budget=bb, max_depth=d)))
+  mmr = jax.jit(jax.vmap(lambda s, c, bb, m: jaxsel.contrib.mmr(
       s, c, budget=bb, similarity=m, diversity=0.3, max_depth=d)))
 
   t0 = time.perf_counter()

@@ -1,29 +1,12 @@
-"""The learned second-hop CORAG scorer's parts (registry name ``"learned_hops"``), for code
-that trains or sweeps it (`training/train_hops.py`, `training/forms_eval.py`).
+"""Deprecated: `jaxsel.hop_scorer` moved to `jaxsel.contrib.hop_scorer` (research helpers, a lower bar);
+this alias will be removed in jaxsel 0.3."""
 
-    params = jaxsel.hop_scorer.load_hop_params()             # the shipped weights, SHA-256 checked
-    pipe = jaxsel.Pipeline(enc, method="corag",
-                           corag_scorer=jaxsel.hop_scorer.learned_hops_builder(params))
+import warnings
 
-Shape legend: N candidate chunks, F features.
-"""
+from jaxsel.contrib import hop_scorer as _moved
+from jaxsel.contrib.hop_scorer import *  # noqa: F401,F403
 
-from jaxsel._src.methods import learned_hops_builder
-from jaxsel._src.scorers.hops import (PAIR_FEATURES, UNARY_FEATURES, WEIGHTS, hop_probabilities,
-                                      init_params, load_hop_params, mlp, pair_features,
-                                      reformulated_relevance, save_hop_params, unary_features)
+__all__ = list(_moved.__all__)
 
-__all__ = [
-    "PAIR_FEATURES",
-    "UNARY_FEATURES",
-    "WEIGHTS",
-    "hop_probabilities",
-    "init_params",
-    "learned_hops_builder",
-    "load_hop_params",
-    "mlp",
-    "pair_features",
-    "reformulated_relevance",
-    "save_hop_params",
-    "unary_features",
-]
+warnings.warn("`jaxsel.hop_scorer` moved to `jaxsel.contrib.hop_scorer`; the old module will be removed in "
+              "jaxsel 0.3.", DeprecationWarning, stacklevel=2)

@@ -1,38 +1,12 @@
-"""The registry of selection methods, objectives and CORAG scorers, by name: what
-`jaxsel.Pipeline(method=..., corag_scorer=...)` resolves, for code that builds a request's
-arrays itself (the research scripts in `training/`, a sweep over scorer weights).
+"""Deprecated: `jaxsel.registry` moved to `jaxsel.contrib.registry` (research helpers, a lower bar);
+this alias will be removed in jaxsel 0.3."""
 
-    req = jaxsel.registry.request(query_emb, passage_emb, costs=costs)   # [Q, D], [N, D], [N]
-    sc = jaxsel.registry.scorer("bridge", req)                           # a CORAG scorer
-    jaxsel.corag_search(sc, costs, budget=256.0)
+import warnings
 
-A request as the Pipeline builds it, text signals included (what label sweeps must score):
-`pipeline_request(row)` of one padded `Inputs` from `pad_batch`.
+from jaxsel.contrib import registry as _moved
+from jaxsel.contrib.registry import *  # noqa: F401,F403
 
-Shape legend: Q queries, N candidates, D embedding dimension.
-"""
+__all__ = list(_moved.__all__)
 
-from jaxsel._src.methods import (BRIDGE_WEIGHTS, METHODS, OBJECTIVES, SCORERS, USES_TEXT_SIGNALS,
-                                 Request, TextSignals, best_relevance, objective, request, scorer,
-                                 signals_of, text_signals)
-from jaxsel._src.pipeline.solve import Inputs, pad_batch
-from jaxsel._src.pipeline.solve import request as pipeline_request
-
-__all__ = [
-    "BRIDGE_WEIGHTS",
-    "Inputs",
-    "METHODS",
-    "OBJECTIVES",
-    "SCORERS",
-    "USES_TEXT_SIGNALS",
-    "Request",
-    "TextSignals",
-    "best_relevance",
-    "objective",
-    "pad_batch",
-    "pipeline_request",
-    "request",
-    "scorer",
-    "signals_of",
-    "text_signals",
-]
+warnings.warn("`jaxsel.registry` moved to `jaxsel.contrib.registry`; the old module will be removed in "
+              "jaxsel 0.3.", DeprecationWarning, stacklevel=2)

@@ -54,9 +54,9 @@ def data():
 
 def test_naive_rag_and_mmr_match_python(data):
   sc, rel, pair, sim, costs, budget, valid = data
-  nv = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.naive_rag(s, c, budget=b, max_depth=4, valid=v)))(
+  nv = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.contrib.naive_rag(s, c, budget=b, max_depth=4, valid=v)))(
       sc, costs, budget, valid)
-  mm = jax.jit(jax.vmap(lambda s, c, b, v, m: jaxsel.mmr(
+  mm = jax.jit(jax.vmap(lambda s, c, b, v, m: jaxsel.contrib.mmr(
       s, c, budget=b, similarity=m, diversity=0.4, max_depth=4, valid=v)))(sc, costs, budget, valid, sim)
   for i in range(NUM):
     want = _py_fill(lambda j, ch: rel[i, j], costs[i], budget[i], valid[i], 4)
@@ -76,18 +76,18 @@ def test_mmr_uses_every_chosen_item():
   # MMR against every chosen item prefers 3.
   rel = jnp.array([1.0, 0.9, 0.85, 0.5])
   sim = jnp.array([[1, 0, 0.95, 0], [0, 1, 0, 0], [0.95, 0, 1, 0], [0, 0, 0, 1.0]])
-  res = jaxsel.mmr(scorers.relevance_scorer(rel), jnp.ones(4), budget=3.0, similarity=sim,
+  res = jaxsel.contrib.mmr(scorers.relevance_scorer(rel), jnp.ones(4), budget=3.0, similarity=sim,
                    diversity=0.5)
   np.testing.assert_array_equal(res.order, [0, 1, 3, -1])
   # With diversity 0 it is NaiveRAG.
-  res0 = jaxsel.mmr(scorers.relevance_scorer(rel), jnp.ones(4), budget=3.0, similarity=sim,
+  res0 = jaxsel.contrib.mmr(scorers.relevance_scorer(rel), jnp.ones(4), budget=3.0, similarity=sim,
                     diversity=0.0)
   np.testing.assert_array_equal(res0.order, [0, 1, 2, -1])
 
 
 def test_exhaustive_matches_python(data):
   sc, rel, pair, _, costs, budget, valid = data
-  ex = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.exhaustive_search(
+  ex = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.contrib.exhaustive_search(
       s, c, budget=b, max_size=3, valid=v, batch_size=50)))(sc, costs, budget, valid)
   for i in range(NUM):
     best, arg = -np.inf, []
@@ -112,20 +112,20 @@ def test_ordered_combinations():
 
 def test_empty_and_bad_input():
   sc = scorers.relevance_scorer(jnp.array([1.0, 2.0]))
-  for f in (lambda: jaxsel.naive_rag(sc, jnp.array([3.0, 4.0]), budget=2.0),
-            lambda: jaxsel.exhaustive_search(sc, jnp.array([3.0, 4.0]), budget=2.0, max_size=2),
-            lambda: jaxsel.mmr(sc, jnp.array([3.0, 4.0]), budget=2.0, similarity=jnp.eye(2))):
+  for f in (lambda: jaxsel.contrib.naive_rag(sc, jnp.array([3.0, 4.0]), budget=2.0),
+            lambda: jaxsel.contrib.exhaustive_search(sc, jnp.array([3.0, 4.0]), budget=2.0, max_size=2),
+            lambda: jaxsel.contrib.mmr(sc, jnp.array([3.0, 4.0]), budget=2.0, similarity=jnp.eye(2))):
     res = f()
     assert int(res.length) == 0 and float(res.cost) == 0 and res.tree is None
     np.testing.assert_array_equal(res.order, [-1, -1])
   with pytest.raises(ValueError, match="max_size"):
-    jaxsel.exhaustive_search(scorers.relevance_scorer(jnp.ones(8)), jnp.ones(8), budget=2.0,
+    jaxsel.contrib.exhaustive_search(scorers.relevance_scorer(jnp.ones(8)), jnp.ones(8), budget=2.0,
                              max_size=6)
   with pytest.raises(ValueError, match="non-negative"):
-    jaxsel.naive_rag(sc, jnp.array([-1.0, 1.0]), budget=2.0)
+    jaxsel.contrib.naive_rag(sc, jnp.array([-1.0, 1.0]), budget=2.0)
   with pytest.raises(ValueError, match="similarity"):
-    jaxsel.mmr(sc, jnp.ones(2), budget=2.0, similarity=jnp.eye(3))
+    jaxsel.contrib.mmr(sc, jnp.ones(2), budget=2.0, similarity=jnp.eye(3))
   with pytest.raises(ValueError, match="diversity"):
-    jaxsel.mmr(sc, jnp.ones(2), budget=2.0, similarity=jnp.eye(2), diversity=2.0)
+    jaxsel.contrib.mmr(sc, jnp.ones(2), budget=2.0, similarity=jnp.eye(2), diversity=2.0)
   with pytest.raises(ValueError, match="relevance"):
-    jaxsel.naive_rag(sc, jnp.ones(2), budget=2.0, relevance=jnp.ones(3))
+    jaxsel.contrib.naive_rag(sc, jnp.ones(2), budget=2.0, relevance=jnp.ones(3))

@@ -254,7 +254,7 @@ def test_baselines_honour_the_constraints(baseline):
     sc, unary, pair, costs, budget, groups, pinned = _search_instance(seed)
     kw = dict(budget=budget, max_depth=DEPTH, pinned=pinned, groups=groups, max_per_group=1)
     if baseline == "naive":
-      res = jaxsel.naive_rag(sc, costs, **kw)
+      res = jaxsel.contrib.naive_rag(sc, costs, **kw)
     else:
-      res = jaxsel.mmr(sc, costs, similarity=np.abs(pair), **kw)
+      res = jaxsel.contrib.mmr(sc, costs, similarity=np.abs(pair), **kw)
     _check_order(res, costs, budget, groups, pinned)

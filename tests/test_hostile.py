@@ -32,12 +32,12 @@ def test_exhaustive_search_over_too_many_orders():
   n = 200  # 200·199·198·197·196 ≈ 3e11 orders of 5
   orders = sum(math.perm(n, k) for k in range(1, 6))
   sc = scorers.relevance_scorer(jnp.ones(n))
-  _refused_fast(lambda: jaxsel.exhaustive_search(sc, jnp.ones(n), budget=5.0, max_size=5),
+  _refused_fast(lambda: jaxsel.contrib.exhaustive_search(sc, jnp.ones(n), budget=5.0, max_size=5),
                 rf"`max_size`=5 needs about [\d.]+ TiB for the {orders:,} ordered combinations "
                 r"of N=200 .*only 16.0 GiB is free; lower `max_size`, or use "
                 r"`jaxsel.corag_search`")
   # What fits still runs.
-  res = jaxsel.exhaustive_search(scorers.relevance_scorer(jnp.arange(6.0)), jnp.ones(6),
+  res = jaxsel.contrib.exhaustive_search(scorers.relevance_scorer(jnp.arange(6.0)), jnp.ones(6),
                                  budget=2.0, max_size=2)
   assert sorted(np.asarray(res.order).tolist()) == [4, 5]
 

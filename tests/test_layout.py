@@ -8,9 +8,13 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
+import pytest
+
 import jaxsel
+import jaxsel.contrib
 
 ROOT = pathlib.Path(jaxsel.__file__).parent
 MODULES = sorted(p for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts)
@@ -42,7 +46,8 @@ LAYERS = [
     ("search", "baselines", "sharding", "encoders"),
     ("methods", "index", "agent"),
     ("pipeline",),
-    ("integrations", "testing", "registry", "files", "hop_scorer", "serve", "cli", "jaxsel"),
+    ("integrations", "testing", "contrib", "registry", "files", "hop_scorer", "serve", "cli",
+     "jaxsel"),
 ]
 
 
@@ -191,22 +196,46 @@ def test_no_assert_as_a_runtime_check():
 def test_public_surface_is_exactly_all():
   public = {n for n in dir(jaxsel) if not n.startswith("_")}
   assert set(jaxsel.__all__) <= public
-  # Beyond `__all__`, only the applications appear (as submodules, once something imports them).
-  stray = public - set(jaxsel.__all__) - {"cli", "integrations", "serve"}
+  # Beyond `__all__`, only submodules appear, once something imports them: the applications,
+  # `testing`, `contrib` and the deprecated aliases of modules that moved there.
+  submodules = {"cli", "integrations", "serve", *jaxsel._SUBMODULES, "registry", "hop_scorer"}
+  stray = public - set(jaxsel.__all__) - submodules
   assert not stray, stray  # no internal module or helper leaks as jaxsel.<name>
 
 
-def test_the_lazy_table_lists_what_the_type_checking_imports_list():
-  """Issue 34.4: `__init__.py` no longer parses its own source to find where names live; its
-  explicit `_LAZY` table and the `TYPE_CHECKING` imports name the same modules."""
-  init = Path(jaxsel.__file__)
-  tree = ast.parse(init.read_text("utf-8"))
-  block = next(n for n in tree.body if isinstance(n, ast.If)
-               and getattr(n.test, "id", None) == "TYPE_CHECKING")
-  declared = {a.asname or a.name: node.module for node in block.body for a in node.names}
-  assert declared == jaxsel._LAZY
-  assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import)
-              and any(a.name == "ast" for a in n.names)]
+def _string_constants(path: Path) -> list:
+  return [n.value for n in ast.walk(ast.parse(path.read_text("utf-8")))
+          if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_the_public_names_are_few_listed_once_and_resolve():
+  """`__all__` is at most 60 names, each written once in `jaxsel/__init__.py` (the lazy lookup
+  and `__all__` are made from one mapping), and each resolves without a warning; the same
+  for `jaxsel.contrib`."""
+  assert len(jaxsel.__all__) <= 60, len(jaxsel.__all__)
+  for module in (jaxsel, jaxsel.contrib):
+    names = module.__all__
+    assert len(set(names)) == len(names)
+    strings = _string_constants(Path(module.__file__))
+    assert not [n for n in names if strings.count(n) != 1], module.__name__
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      for name in names:
+        assert getattr(module, name) is not None, name
+  assert not set(jaxsel.__all__) & set(jaxsel.contrib.__all__)
+  init = ast.parse(Path(jaxsel.__file__).read_text("utf-8"))
+  assert not [n for n in ast.walk(init) if isinstance(n, ast.Import)
+              and any(a.name == "ast" for a in n.names)]  # no parsing of its own source
+
+
+def test_the_moved_names_warn_and_still_work():
+  """The research helpers moved to `jaxsel.contrib`; their old names work for one release and
+  warn with a `DeprecationWarning` that names the new place."""
+  for name in jaxsel._MOVED:
+    assert name not in jaxsel.__all__ and name in jaxsel.contrib.__all__, name
+    with pytest.warns(DeprecationWarning, match=f"jaxsel.contrib.{name}"):
+      value = getattr(jaxsel, name)
+    assert value is getattr(jaxsel.contrib, name), name
 
 
 def test_core_dependencies_are_what_selection_needs():

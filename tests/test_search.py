@@ -70,7 +70,7 @@ def batch():
   search = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.corag_search(
       s, c, budget=b, iterations=ITERS, max_depth=DEPTH, valid=v)))
   res = search(sc, costs, budget, valid)
-  exact = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.exhaustive_search(
+  exact = jax.jit(jax.vmap(lambda s, c, b, v: jaxsel.contrib.exhaustive_search(
       s, c, budget=b, max_size=DEPTH, valid=v)))(sc, costs, budget, valid)
   return sc, costs, budget, valid, res, exact, raw
 

@@ -8,8 +8,8 @@ outcomes; a question's label is the menu scorer of best outcome summed over the 
 (10 × joint recall + recall; ties go to the default, `DEFAULT`: the Pipeline's own CORAG scorer), so the agent predicts one
 choice per question from its embedding alone, as the Pipeline asks it.
 
-The agent is the documented recipe's: `jaxsel.ConfigAgent` (tower 512-256-128) trained by
-`jaxsel.train_agent` (contrastive + cross-entropy + MSE, Adam, batch 32, 60 epochs, the epoch
+The agent is the documented recipe's: `jaxsel.contrib.ConfigAgent` (tower 512-256-128) trained by
+`jaxsel.contrib.train_agent` (contrastive + cross-entropy + MSE, Adam, batch 32, 60 epochs, the epoch
 of best validation accuracy on a seeded 20% split). Leave one dataset out (train on two groups
 of `qa_sets.GROUPS`, test on the third) and all three groups -> HotpotQA test. Reported: the
 agent's joint recall against the best fixed menu entry (chosen on the training groups) and the
@@ -67,29 +67,29 @@ def best_entries(score: np.ndarray, *, default: int) -> np.ndarray:
   return np.where(top[:, default], default, np.argmax(top, axis=1)).astype(np.int32)
 
 
-def agent_config(menu=MENU, dim: int = 384) -> jaxsel.AgentConfig:
+def agent_config(menu=MENU, dim: int = 384) -> jaxsel.contrib.AgentConfig:
   """The agent over the menu; the settings are the Pipeline's defaults (zero-width ranges)."""
   cfg = jaxsel.PipelineConfig()
-  return jaxsel.AgentConfig(in_dim=dim, scorers=tuple(menu),
+  return jaxsel.contrib.AgentConfig(in_dim=dim, scorers=tuple(menu),
                             iterations_range=(cfg.iterations, cfg.iterations),
                             cost_penalty_range=(cfg.cost_penalty, cfg.cost_penalty),
                             exploration_range=(cfg.exploration, cfg.exploration))
 
 
 def train(embeddings: np.ndarray, label: np.ndarray, *, menu=MENU, seed: int = 0,
-          epochs: int = 60) -> jaxsel.ConfigAgent:
+          epochs: int = 60) -> jaxsel.contrib.ConfigAgent:
   """A `ConfigAgent` trained by the recipe on `[Q, D]` query embeddings and `[Q]` labels."""
   cfg = agent_config(menu, embeddings.shape[1])
   pc = jaxsel.PipelineConfig()
   settings = np.tile([pc.iterations, pc.cost_penalty, pc.exploration], (len(label), 1))
-  data = jaxsel.make_dataset(cfg, embeddings, label, settings)
-  tr, val = jaxsel.split_dataset(data, validation_fraction=0.2, seed=seed)
-  res = jaxsel.train_agent(cfg, tr, config=jaxsel.TrainConfig(epochs=epochs, seed=seed,
+  data = jaxsel.contrib.make_dataset(cfg, embeddings, label, settings)
+  tr, val = jaxsel.contrib.split_dataset(data, validation_fraction=0.2, seed=seed)
+  res = jaxsel.contrib.train_agent(cfg, tr, config=jaxsel.contrib.TrainConfig(epochs=epochs, seed=seed,
                                                                select="best_val"), validation=val)
   return res.agent
 
 
-def predict(agent: jaxsel.ConfigAgent, embeddings: np.ndarray) -> np.ndarray:
+def predict(agent: jaxsel.contrib.ConfigAgent, embeddings: np.ndarray) -> np.ndarray:
   idx, *_ = agent.predict_arrays(np.asarray(embeddings, np.float32))
   return np.asarray(idx, np.int32)
 
@@ -102,7 +102,7 @@ def evaluate(stores, examples, prepared: Dict[str, Sequence], *, menu=MENU,
              budgets=context_eval.BUDGETS, epochs: int = 60, n_resamples: int = 10_000,
              save: Optional[str] = None) -> dict:
   """The folds and the pooled comparison (see the module docstring). With `save`, the agent
-  trained on all three groups is saved there (`jaxsel.save_agent`)."""
+  trained on all three groups is saved there (`jaxsel.contrib.save_agent`)."""
   d = menu.index(DEFAULT)
   folds = [(g, [s for s in sets], [s for h, ss in qa_sets.GROUPS.items() if h != g for s in ss])
            for g, sets in qa_sets.GROUPS.items()]
@@ -119,7 +119,7 @@ def evaluate(stores, examples, prepared: Dict[str, Sequence], *, menu=MENU,
     ee = np.concatenate([query_embeddings(prepared[s]) for s in test_sets])
     agent = train(et, lt, menu=menu, epochs=epochs)
     if save is not None and test_sets == [qa_sets.TEST]:
-      jaxsel.save_agent(agent, save, metadata={"menu": list(menu), "trained_on": train_sets})
+      jaxsel.contrib.save_agent(agent, save, metadata={"menu": list(menu), "trained_on": train_sets})
     choice = predict(agent, ee)
     fixed = int(np.argmax(jt.mean(axis=(0, 2))))  # best single menu entry on the training sets
     q = np.arange(len(choice))

@@ -9,7 +9,7 @@ send them) at one budget (128 / 256 / 384 tokens). The menu (`MENU`) crosses the
 target: the only metric every set has and the one a reader needs; NaN for yes/no answers, left
 out), supporting-fact joint (`sf`, HotpotQA and 2Wiki) and paragraph joint (`para`).
 
-The agent (`jaxsel.ConfigAgent`, the documented recipe, `agent_eval.train`) reads the query
+The agent (`jaxsel.contrib.ConfigAgent`, the documented recipe, `agent_eval.train`) reads the query
 embedding `[D]` and `REQUEST_FEATURES` (the budget, titles or not, the number and length of the
 paragraphs, their total against the budget; standardised on the training requests) and names a
 menu entry. A request's label is its best entry by `aic + 0.1 para + 0.1 sf`, ties to the best

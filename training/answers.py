@@ -13,7 +13,7 @@ written atomically after every batch, so a run can be stopped and resumed, and a
 same prompts generates nothing. A changed selection (another scorer, budget or encoder) gives
 other prompts and so new generations, never stale answers.
 
-Metrics per question (`jaxsel.answer_scores`): HotpotQA's exact match and token F1 and ROUGE-1,
+Metrics per question (`jaxsel.contrib.answer_scores`): HotpotQA's exact match and token F1 and ROUGE-1,
 ROUGE-2, ROUGE-L F-measures, each the best over the gold answers; and, from the selection, the
 gold-paragraph recall and joint recall (every gold paragraph has a selected passage).
 `summarize` gives the means and paired bootstrap CIs of each method's difference from the
@@ -162,7 +162,7 @@ def score(rows: Sequence[dict], answers: Sequence[str], examples: Sequence[QAExa
     if row["id"] != ex.id:
       raise ValueError(f"rows and examples are not the same questions ({row['id']} vs {ex.id}).")
     golds = [a for a in ex.answers if a.strip()]
-    scores = (jaxsel.answer_scores(answer, golds) if golds
+    scores = (jaxsel.contrib.answer_scores(answer, golds) if golds
               else {k: float("nan") for k in ANSWER_METRICS})
     out.append({**{k: v for k, v in row.items() if k != "prompt"}, "answer": answer,
                 "gold": list(ex.answers), **scores})

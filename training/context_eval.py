@@ -159,7 +159,7 @@ class RunStore:
 def scorer_settings(scorer) -> dict:
   """What a stored run with the registry scorer `scorer` depends on besides its name: the
   bridge scorer's weights, which may change between runs."""
-  return {"bridge_weights": dict(jaxsel.registry.BRIDGE_WEIGHTS)} if scorer == "bridge" else {}
+  return {"bridge_weights": dict(jaxsel.contrib.registry.BRIDGE_WEIGHTS)} if scorer == "bridge" else {}
 
 
 def _settings(pipe) -> dict:

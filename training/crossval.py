@@ -18,7 +18,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from jaxsel import registry
+from jaxsel.contrib import registry
 from training import context_eval, qa_sets
 
 # label -> changes to the default (weights of the bridge scorer, search settings, top-up).

@@ -381,8 +381,8 @@ def markdown(report: dict, command: str) -> str:
               + ", ".join(f"`{m}`" for m in agent_eval.MENU) + "), each with the default search "
               "settings and top-up, so the agent plugs into `Pipeline(enc, method=\"corag\", agent=...)`. "
               "Label of a question: the menu scorer with the best 10 × joint + recall summed over the three "
-              f"budgets (ties to the default, `{agent_eval.DEFAULT}`). Model and training: the documented recipe (`jaxsel.ConfigAgent`, "
-              "`jaxsel.train_agent`: batch 32, 60 epochs, Adam 1e-3, epoch of best validation accuracy on "
+              f"budgets (ties to the default, `{agent_eval.DEFAULT}`). Model and training: the documented recipe (`jaxsel.contrib.ConfigAgent`, "
+              "`jaxsel.contrib.train_agent`: batch 32, 60 epochs, Adam 1e-3, epoch of best validation accuracy on "
               "a 20% split). Joint recall is each question's mean over the three budgets, in %; "
               "\"best fixed\" is the menu scorer best on the training groups; the menu oracle takes each "
               "question's best scorer (the ceiling of any agent over this menu).", ""]

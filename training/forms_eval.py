@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
 from training.files import atomic_savez, atomic_write, file_sha256  # noqa: E402
-from jaxsel import hop_scorer as hops  # noqa: E402
+from jaxsel.contrib import hop_scorer as hops  # noqa: E402
 from training import context_eval, hop_features, hop_search, qa_sets  # noqa: E402
 
 BUDGETS = (128, 256, 384)

@@ -50,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from jaxsel import hop_scorer as hops  # noqa: E402
+from jaxsel.contrib import hop_scorer as hops  # noqa: E402
 from training.files import atomic_write  # noqa: E402
 from training import context_eval, evaluation, hop_features, qa, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
-from jaxsel import registry as methods  # noqa: E402
+from jaxsel.contrib import registry as methods  # noqa: E402
 from training import qa, qa_sets  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 from training.qa import QAExample  # noqa: E402
@@ -57,7 +57,7 @@ class Features(NamedTuple):
   passages: list  # [N] Passage
   query: np.ndarray  # [D]
   emb: np.ndarray  # [N, D]
-  signals: object  # jaxsel.registry.text_signals(...)
+  signals: object  # jaxsel.contrib.registry.text_signals(...)
   gold: np.ndarray  # [N] bool
 
   @property

@@ -20,8 +20,8 @@ import jaxsel
 
 def pad_batch(feats: Sequence, n: int):
   """A batch of questions padded to `n` candidates, by the Pipeline's own padding
-  (`jaxsel.registry.pad_batch`: one query each, the passage embeddings for similarity too)."""
-  return jaxsel.registry.pad_batch(
+  (`jaxsel.contrib.registry.pad_batch`: one query each, the passage embeddings for similarity too)."""
+  return jaxsel.contrib.registry.pad_batch(
       [(f.query[None], f.emb, f.emb, f.costs, f.signals) for f in feats], n=n, q=1)
 
 

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 import jaxsel
 from jaxsel import corag_search, cross_encoder_scorer, embedding_scorer
-from jaxsel import registry
+from jaxsel.contrib import registry
 from training.files import atomic_write
 from training import answers, evaluation, qa
 from training.qa import QAExample, QAFeatures
@@ -44,7 +44,7 @@ PAPER_ITERATIONS = (5, 15, 25)
 
 # ----------------------------------------------------------------------------- scorer menu
 
-# The scorers of the product's registry (`jaxsel.registry.SCORERS`: relevance, the
+# The scorers of the product's registry (`jaxsel.contrib.registry.SCORERS`: relevance, the
 # objectives, the title-link scorers), built from a question's features with discount 1; the
 # model scorers (`model_scorer_builders`) are added per run.
 SCORERS = tuple(registry.SCORERS)
@@ -202,7 +202,7 @@ def answer_prompt(question: str, texts: Sequence[str], order: Sequence[int]) -> 
 class AnswerQuality:
   """Labelling by generated answers (the CORAG paper's protocol): a selection's quality is how
   well a generator answers from it, token F1 (HotpotQA's normalisation) plus ROUGE-L F of the
-  answer against the gold answers, each the best over them (`jaxsel.answer_scores`).
+  answer against the gold answers, each the best over them (`jaxsel.contrib.answer_scores`).
 
   Called by `sweep_batch` once per batch with every distinct selection, so the prompts go to
   `generator.generate` in batches of `batch_size`; answers are cached on disk
@@ -226,7 +226,7 @@ class AnswerQuality:
     out = []
     for (_, ex, _), text in zip(pairs, texts):
       golds = [a for a in ex.answers if a.strip()]
-      s = jaxsel.answer_scores(text, golds) if golds else {"f1": 0.0, "rougeL": 0.0}
+      s = jaxsel.contrib.answer_scores(text, golds) if golds else {"f1": 0.0, "rougeL": 0.0}
       out.append(s["f1"] + s["rougeL"])
     return out
 

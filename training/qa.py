@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsel import token_costs
-from jaxsel import registry
+from jaxsel.contrib import registry
 from training.files import atomic_savez
 
 

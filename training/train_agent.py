@@ -2,7 +2,7 @@
 
 Reads the labels JSONL and the query embeddings it references, keeps the questions whose
 best scorer clearly wins (`keep`, unless `--all`), splits them into train/validation
-(seeded), trains with Adam on the combined loss (`jaxsel.train_agent`) with an
+(seeded), trains with Adam on the combined loss (`jaxsel.contrib.train_agent`) with an
 orbax checkpoint every epoch, and writes the final metrics as JSON and the agent as a folder
 that `jaxsel.load_agent` loads.
 
@@ -94,23 +94,23 @@ def main(argv=None) -> int:
               "cost_penalty_range": (0.0, max(grid["cost_penalty"])),
               "exploration_range": (0.0, max(grid["exploration"])),
               "iterations_choices": tuple(grid["iterations"])}
-  config = jaxsel.AgentConfig(in_dim=emb.shape[1], scorers=scorers,
+  config = jaxsel.contrib.AgentConfig(in_dim=emb.shape[1], scorers=scorers,
                        hidden=tuple(int(h) for h in args.hidden.split(",")), **cfg_kw)
-  data = jaxsel.make_dataset(config, emb, [r["scorer"] for r in rows], settings)
-  train, val = jaxsel.split_dataset(data, validation_fraction=args.val_fraction, seed=args.seed)
-  tc = jaxsel.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr,
+  data = jaxsel.contrib.make_dataset(config, emb, [r["scorer"] for r in rows], settings)
+  train, val = jaxsel.contrib.split_dataset(data, validation_fraction=args.val_fraction, seed=args.seed)
+  tc = jaxsel.contrib.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, learning_rate=args.lr,
                    seed=args.seed, alpha=args.alpha, beta=args.beta, gamma=args.gamma,
                    margin=args.margin, select=args.select if args.val_fraction > 0 else "last")
   ck = args.checkpoints or os.path.join(args.out, "checkpoints")
   print(f"{len(train)} train / {len(val)} validation questions; scorers {scorers}", file=sys.stderr)
-  res = jaxsel.train_agent(config, train, config=tc, validation=val, checkpoint_dir=ck, resume=args.resume,
+  res = jaxsel.contrib.train_agent(config, train, config=tc, validation=val, checkpoint_dir=ck, resume=args.resume,
                     progress=not args.no_progress)
   counts = {s: int((data.scorer == i).sum()) for i, s in enumerate(scorers)}
   majority = max(counts.values()) / max(len(data), 1)
   metrics = {**res.metrics, "train_examples": len(train), "label_counts": counts,
              "majority_baseline_accuracy": majority, "epochs": args.epochs,
              "history": res.history}
-  jaxsel.save_agent(res.agent, args.out, metadata={"labels": os.path.abspath(args.labels), "metrics": metrics})
+  jaxsel.contrib.save_agent(res.agent, args.out, metadata={"labels": os.path.abspath(args.labels), "metrics": metrics})
   mpath = args.metrics or os.path.join(args.out, "metrics.json")
   atomic_write(mpath, json.dumps(metrics, indent=2).encode("utf-8"))
   print(json.dumps(metrics, indent=2))

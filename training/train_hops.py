@@ -38,8 +38,8 @@ import orbax.checkpoint as ocp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from jaxsel import hop_scorer as hops  # noqa: E402
-from jaxsel import registry as methods  # noqa: E402
+from jaxsel.contrib import hop_scorer as hops  # noqa: E402
+from jaxsel.contrib import registry as methods  # noqa: E402
 from training import hop_features, hop_search, qa_sets  # noqa: E402
 
 N_PAD = 20  # every question padded to 20 candidates (HotpotQA and 2Wiki have 10, MuSiQue 20)

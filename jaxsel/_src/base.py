@@ -162,11 +162,11 @@ class Generator(Protocol):
 @runtime_checkable
 class Configurator(Protocol):
   """What the Pipeline asks per CORAG request (`Pipeline(agent=...)`): given the request's
-  features, which scorer and search settings. The trained `jaxsel.ConfigAgent` is one.
+  features, which scorer and search settings. The trained `jaxsel.contrib.ConfigAgent` is one.
 
   `predict(features [D]) -> choice`, where `features` is the mean of the request's query
   embeddings and `choice` has `scorer` (a registry name), `iterations` (int), `exploration`
-  and `cost_penalty` (floats), as `jaxsel.SearchChoice` does.
+  and `cost_penalty` (floats), as `jaxsel.contrib.SearchChoice` does.
   """
 
   def predict(self, features: Array) -> Any:

@@ -30,8 +30,8 @@ def l2_normalize(x: Array, eps: float = 1e-12) -> Array:
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-NEGATIVE_FIX = ("Make them non-negative first, e.g. `jaxsel.nonnegative(x, method='clip')`, or "
-                "build them with `jaxsel.cosine_similarity` (clips by default).")
+NEGATIVE_FIX = ("Make them non-negative first: build them with `jaxsel.cosine_similarity` (clips by "
+                "default), or map them with `jaxsel.contrib.nonnegative(x, method='clip')`.")
 
 
 def nonnegative(x, *, method: str = "clip") -> Array:

@@ -1,4 +1,4 @@
-"""The `jaxsel.Configurator` contract (what the Pipeline asks per CORAG request: given the
+"""The `jaxsel.contrib.Configurator` contract (what the Pipeline asks per CORAG request: given the
 request's features, which scorer and search settings), asserted against the trained agent
 class and a rule written by hand: `predict(features [D])` returns one choice whose scorer is
 a registry name, with a positive int of iterations and finite, non-negative settings."""
@@ -18,11 +18,11 @@ class FixedRule:
   """A configurator written by hand: the same scorer and settings for every request."""
 
   def predict(self, features):
-    return jaxsel.SearchChoice(scorer="bridge", iterations=15, cost_penalty=0.2, exploration=2.0)
+    return jaxsel.contrib.SearchChoice(scorer="bridge", iterations=15, cost_penalty=0.2, exploration=2.0)
 
 
 def _configurators():
-  agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=D, scorers=("relevance", "bridge"),
+  agent = jaxsel.contrib.ConfigAgent(jaxsel.contrib.AgentConfig(in_dim=D, scorers=("relevance", "bridge"),
                                                 hidden=(16, 8)), rngs=nnx.Rngs(0))
   return {"config_agent": agent, "fixed_rule": FixedRule()}
 
@@ -33,7 +33,7 @@ CONFIGURATORS = _configurators()
 @pytest.mark.parametrize("name", sorted(CONFIGURATORS))
 def test_one_valid_choice_per_request(name):
   conf = CONFIGURATORS[name]
-  assert isinstance(conf, jaxsel.Configurator)
+  assert isinstance(conf, jaxsel.contrib.Configurator)
   features = np.random.default_rng(0).normal(size=D).astype(np.float32)
   choice = conf.predict(features)
   assert choice.scorer in jaxsel.available_scorers()
@@ -45,4 +45,4 @@ def test_one_valid_choice_per_request(name):
 
 
 def test_a_plain_object_is_not_a_configurator():
-  assert not isinstance(object(), jaxsel.Configurator)
+  assert not isinstance(object(), jaxsel.contrib.Configurator)

@@ -90,12 +90,12 @@ def test_cosine_similarity_and_nonnegative():
   raw = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
   np.testing.assert_allclose(jaxsel.cosine_similarity(a, b, nonneg=None), raw, atol=1e-6)
   np.testing.assert_allclose(jaxsel.cosine_similarity(a, b), np.maximum(raw, 0), atol=1e-6)
-  np.testing.assert_allclose(jaxsel.nonnegative(raw, method="shift"), (raw + 1) / 2, atol=1e-6)
-  np.testing.assert_allclose(jaxsel.nonnegative(raw, method="square"), raw**2, atol=1e-6)
-  mm = np.asarray(jaxsel.nonnegative(raw, method="minmax"))
+  np.testing.assert_allclose(jaxsel.contrib.nonnegative(raw, method="shift"), (raw + 1) / 2, atol=1e-6)
+  np.testing.assert_allclose(jaxsel.contrib.nonnegative(raw, method="square"), raw**2, atol=1e-6)
+  mm = np.asarray(jaxsel.contrib.nonnegative(raw, method="minmax"))
   assert mm.min() == 0 and abs(mm.max() - 1) < 1e-6
   with pytest.raises(ValueError, match="method"):
-    jaxsel.nonnegative(raw, method="abs")
+    jaxsel.contrib.nonnegative(raw, method="abs")
 
 
 @st.composite

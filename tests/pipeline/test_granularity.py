@@ -177,7 +177,7 @@ def test_the_top_up_follows_the_links_of_the_request(pipe, monkeypatch):
                       lambda *a, **kw: seen.append((kw["links"], kw["groups"])) or real(*a, **kw))
   res = pipe.select(Q, DOCS, budget=120, granularity="sentence")
   cands = res.candidates
-  want = jaxsel.registry.text_signals([c.text for c in cands], [c.doc for c in cands],
+  want = jaxsel.contrib.registry.text_signals([c.text for c in cands], [c.doc for c in cands],
                                       [c.title for c in cands], [Q])
   assert seen and all(np.array_equal(links, want.links) and np.array_equal(groups, want.groups)
                       for links, groups in seen)

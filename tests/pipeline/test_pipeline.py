@@ -258,7 +258,7 @@ def test_select_many_runs_every_method_batched_and_equals_select(enc, method):
 def test_select_many_with_an_agent_late_chunks_and_a_scorer_builder(enc):
   """Per-request search choices (a configuration agent) are grouped and batched; late chunks
   and a custom scorer builder give `select`'s picks too."""
-  agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=32, scorers=("relevance", "bridge", "links"),
+  agent = jaxsel.contrib.ConfigAgent(jaxsel.contrib.AgentConfig(in_dim=32, scorers=("relevance", "bridge", "links"),
                                                 iterations_range=(2, 8), hidden=(16, 8)),
                              rngs=__import__("flax").nnx.Rngs(3))
   requests = _mixed_stream(enc, "corag")
@@ -389,7 +389,7 @@ def test_replace_shares_the_embedding_cache():
 
 def test_corag_with_a_configuration_agent(enc):
   """The agent's predicted scorer and settings are what the search runs with."""
-  agent = jaxsel.ConfigAgent(jaxsel.AgentConfig(in_dim=32, scorers=("relevance", "facility_location"),
+  agent = jaxsel.contrib.ConfigAgent(jaxsel.contrib.AgentConfig(in_dim=32, scorers=("relevance", "facility_location"),
                                                 hidden=(16, 8)), rngs=__import__("flax").nnx.Rngs(3))
   res = Pipeline(enc, method="corag", agent=agent, max_tokens=80, top_up=False).select(Q0, [SMALL], budget=150)
   q = enc.encode([Q0], prompt_name="query")

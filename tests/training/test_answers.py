@@ -60,7 +60,7 @@ def test_script_end_to_end_resumes_from_the_cache(sample, tmp_path):
     rows = report["questions"][m]
     assert [r["id"] for r in rows] == [e.id for e in sample]
     for r, ex in zip(rows, sample):
-      want = jaxsel.answer_scores(r["answer"], list(ex.answers))
+      want = jaxsel.contrib.answer_scores(r["answer"], list(ex.answers))
       assert {k: r[k] for k in want} == pytest.approx(want)
       assert r["tokens"] <= 256 and 0 <= r["recall"] <= 1
       assert r["joint_recall"] == float(r["recall"] == 1.0)

@@ -159,7 +159,7 @@ def test_training_requests_are_the_pipelines(sample):
   from jaxsel._src.pipeline import solve
   ex, f = sample
   e, m = ex[0], len(ex[0].passages)
-  sig = jaxsel.registry.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
+  sig = jaxsel.contrib.registry.text_signals(e.texts(), list(range(m)), [None] * m, [e.question])
   fi = qa.QAFeatures(*(a[0] for a in f))
   padded = solve.row(solve.pad_batch([(fi.query[None], fi.passages[:m], fi.passages[:m],
                                        fi.costs[:m], sig)], n=fi.passages.shape[0], q=1), 0)
@@ -334,7 +334,7 @@ def test_labelling_by_generated_answers_with_the_offline_smollm2(sample, tmp_pat
       for i, e in enumerate(ex3):
         prompt = labels.answer_prompt(e.question, e.texts(), orders[i])
         answer = cache.get(answers.cache_key(gen.name, 8, prompt))
-        scores = jaxsel.answer_scores(answer, [a for a in e.answers if a.strip()])
+        scores = jaxsel.contrib.answer_scores(answer, [a for a in e.answers if a.strip()])
         assert table[i, si, g] == pytest.approx(scores["f1"] + scores["rougeL"])
         prompts[prompt] = answer
   # One generation per distinct selection, none repeated; the cached answers are the model's.

@@ -15,7 +15,7 @@ every query. The agent reads the query embedding alone and predicts
 The encoder tower `D -> 512 -> 256 -> 128` is shared ("Siamese"): the contrastive loss
 (`loss`) pulls together the features of queries with the same best scorer and pushes apart
 the others by a margin. The model is a `flax.nnx` module; `train` compiles its training
-step, `params` saves and loads it. A `ConfigAgent` is a `jaxsel.Configurator`: `predict`
+step, `params` saves and loads it. A `ConfigAgent` is a `jaxsel.contrib.Configurator`: `predict`
 answers the Pipeline's question per request.
 """
 
