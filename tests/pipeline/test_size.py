@@ -19,6 +19,7 @@ def _request(n, seed=0):
   e = rng.normal(size=(n, DIM)).astype(np.float32)
   e /= np.linalg.norm(e, axis=1, keepdims=True)
   q = rng.normal(size=(1, DIM)).astype(np.float32)
+  q /= np.linalg.norm(q)
   words = ["Paris", "Seine", "Lyon", "Rhone", "Marseille", "Nice", "Lille", "Rome"]
   ps = [jaxsel.Passage(f"{words[i % 8]} passage {i} names {words[(3 * i) % 8]}.", 0, 30, doc=i,
                        tokens=int(rng.integers(10, 60))) for i in range(n)]
@@ -79,9 +80,9 @@ def test_a_wide_request_is_the_search_over_its_subset_mapped_back(enc):
 
 @pytest.mark.parametrize("scorer", ["learned_hops", "bridge"])
 def test_the_corag_solve_at_1000_candidates_holds_no_cube(scorer):
-  # The compiled program's scratch at N = 1,000 (bucket 1,024) stays below one [N, N] float
-  # matrix per row... times a few: the learned scorer's pair MLP over all pairs took 4.5 GB, the
-  # bridge scorer's curve an [N, N, N] intermediate (25.8 GB), both before the search's width.
+  # The compiled program's scratch at N = 1,000 (bucket 1,024) stays within 16 [N, N] float
+  # matrices (67 MB): without the search's width the learned scorer's pair MLP over all pairs
+  # took 4.5 GB, the bridge scorer's curve an [N, N, N] intermediate 25.8 GB.
   n = 1000
   q, e, _ = _request(n)
   n_pad = solve_lib.bucket(n)
@@ -98,7 +99,7 @@ def test_the_corag_solve_at_1000_candidates_holds_no_cube(scorer):
   config = solve_lib.SolveConfig(method="corag", k=n_pad, depth=n_pad, scorer=scorer,
                                  top_up=True, width=128)
   compiled = solve_lib.solve_batch.lower(inputs, settings, config=config).compile()
-  assert compiled.memory_analysis().temp_size_in_bytes < 4 * n_pad * n_pad * 4
+  assert compiled.memory_analysis().temp_size_in_bytes < 16 * n_pad * n_pad * 4
   out = solve_lib.run(inputs, settings, config)
   order = out.order[0][out.order[0] >= 0]
   assert 1 <= len(order) and np.sum(inputs.costs[0][order]) <= 200
