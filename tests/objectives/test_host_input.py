@@ -4,8 +4,10 @@ copies in one pass (`cover_kernel.check_copy`) with the picks, certificate and e
 transposing path; the lazy steps' scratch is kept between calls in a bounded, thread-safe
 cache (`csrc/scratch.h`) that `native.clear_scratch()` empties."""
 
+import gc
 import threading
 
+import jax
 import numpy as np
 import pytest
 
@@ -133,3 +135,53 @@ def test_scratch_thread_safe():
   for (t, _), picks in got.items():
     np.testing.assert_array_equal(picks, want[t % 2])
   assert native.scratch_idle_bytes() <= native.scratch_limit()
+
+
+def test_host_copy_lent_by_the_cache_until_the_objective_is_gone():
+  s = _sim(300, seed=6)
+  x = _unaligned(s)  # memory XLA cannot share: the objective holds an aligned copy
+  ref = jaxsel.greedy(jaxsel.facility_location(s, symmetric=False, backend="xla"), k=7, method="dense")
+  limit = native.scratch_limit()
+  try:
+    gc.collect()
+    native.clear_scratch()
+    obj = jaxsel.facility_location(x)
+    assert native.scratch_idle_bytes() == 0  # lent while the objective holds it
+    picks = jaxsel.greedy(obj, k=7, method="dense")
+    del obj, picks
+    gc.collect()
+    assert native.scratch_idle_bytes() == s.nbytes  # given back
+    obj = jaxsel.facility_location(x)  # the next copy of that size reuses it
+    assert native.scratch_idle_bytes() == 0
+    np.testing.assert_array_equal(np.asarray(jaxsel.greedy(obj, k=7, method="dense").indices),
+                                  np.asarray(ref.indices))
+    view = np.asarray(obj.sim_t)
+    del obj
+    gc.collect()
+    assert native.scratch_idle_bytes() == 0  # a view still holds it
+    np.testing.assert_array_equal(view, s)
+    del view
+    gc.collect()
+    assert native.scratch_idle_bytes() == s.nbytes
+  finally:
+    native.scratch_limit(limit)
+    native.clear_scratch()
+
+
+def test_host_buffer_aligned_shared_and_given_back():
+  gc.collect()
+  native.clear_scratch()
+  a = native.host_buffer((33, 65), np.float32)
+  assert a.ctypes.data % 64 == 0 and a.flags.c_contiguous and a.flags.writeable
+  a[...] = 2.0
+  x = jax.device_put(a)
+  assert x.unsafe_buffer_pointer() == a.ctypes.data  # shared, not copied
+  del a
+  gc.collect()
+  assert native.scratch_idle_bytes() == 0
+  assert float(x.sum()) == 2.0 * 33 * 65
+  del x
+  gc.collect()
+  assert native.scratch_idle_bytes() == 33 * 65 * 4
+  assert native.host_buffer((0, 5), np.float32) is None
+  native.clear_scratch()

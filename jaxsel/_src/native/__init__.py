@@ -28,10 +28,12 @@ import ctypes
 import logging
 import os
 import platform
+import weakref
 from pathlib import Path
 from typing import Optional
 
 import jax
+import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src.base import BACKENDS
@@ -153,10 +155,43 @@ def host_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+class _Lent:
+  """A buffer lent by the scratch cache, seen by NumPy through `__array_interface__`: every
+  array viewing it holds this object, whose finalizer gives the buffer back."""
+
+  def __init__(self, ptr: int, nbytes: int, shape: tuple, dtype: np.dtype):
+    self.__array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": dtype.str,
+                                "version": 3}
+    weakref.finalize(self, _give, ptr, nbytes)
+
+
+def _give(ptr: int, nbytes: int) -> None:
+  host_function("JaxselScratchGive", None, (ctypes.c_void_p, ctypes.c_uint64))(ptr, nbytes)
+
+
+def host_buffer(shape, dtype) -> Optional[np.ndarray]:
+  """An uninitialised C-ordered NumPy array of `shape` and `dtype` in 64-byte aligned memory
+  (which `jax.device_put` on the CPU shares instead of copying) from the kernels' scratch cache
+  (`csrc/scratch.h`): the memory goes back to the cache when the last array viewing it, and
+  a jax.Array sharing it, are gone, so the next copy of that size reuses pages already in
+  memory instead of faulting in fresh ones. None without the kernels, for no bytes, or where
+  the memory cannot be had."""
+  dtype = np.dtype(dtype)
+  shape = tuple(int(d) for d in shape)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  if _LIB is None or nbytes == 0:
+    return None
+  ptr = host_function("JaxselScratchTake", ctypes.c_void_p, (ctypes.c_uint64,))(nbytes)
+  if not ptr:
+    return None
+  return np.asarray(_Lent(ptr, nbytes, shape, dtype))
+
+
 def clear_scratch() -> int:
   """Frees the scratch the kernels keep between calls (`csrc/scratch.h`: a lazy float32
-  problem's byte bounds, N·N bytes, kept for the next call of the same shape); returns the
-  bytes freed (0 without the kernels)."""
+  problem's byte bounds, N·N bytes, and the aligned copies of callers' host matrices
+  (`host_buffer`), kept for the next call of the same size); returns the bytes freed (0
+  without the kernels)."""
   if _LIB is None:
     return 0
   return int(host_function("JaxselScratchConfigure", argtypes=(ctypes.c_int32, ctypes.c_uint64))(

@@ -230,7 +230,12 @@ def _host_candidate_major(sim: np.ndarray, valid: Optional[np.ndarray], dtype: n
 
 def _aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
   """An uninitialised NumPy array whose data starts on an `align`-byte boundary, which
-  `jax.device_put` on the CPU shares instead of copying."""
+  `jax.device_put` on the CPU shares instead of copying: from the kernels' scratch cache where
+  they are loaded (`native.host_buffer`: memory given back when the objective holding it is
+  gone, so the next call's copy writes into pages already in memory), else NumPy's."""
+  out = native.host_buffer(shape, dtype)
+  if out is not None:
+    return out
   dtype = np.dtype(dtype)
   nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
   raw = np.empty(nbytes + align, np.uint8)

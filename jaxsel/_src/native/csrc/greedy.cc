@@ -299,7 +299,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxselCoverGreedy, jaxsel::CoverGreedy,
 
 // The scratch cache (scratch.h), for jaxsel's `native.clear_scratch()` and its tests (ctypes):
 // the bytes kept idle, and (clear: free them all) setting the most it keeps; returns the bytes freed.
+// JaxselScratchTake / JaxselScratchGive lend a buffer to Python (`native.host_buffer`: the
+// aligned copy of a caller's host matrix that XLA shares), given back when its last view is gone.
 extern "C" {
+void* JaxselScratchTake(uint64_t bytes) { return jaxsel::ScratchCache::Get().Take(bytes); }
+void JaxselScratchGive(void* p, uint64_t bytes) {
+  jaxsel::ScratchCache::Get().Return(static_cast<uint8_t*>(p), bytes);
+}
 uint64_t JaxselScratchIdleBytes() { return jaxsel::ScratchCache::Get().IdleBytes(); }
 uint64_t JaxselScratchLimit() { return jaxsel::ScratchCache::Get().Limit(); }
 uint64_t JaxselScratchConfigure(int32_t clear, uint64_t limit) {

@@ -7,7 +7,9 @@
 // call takes an idle buffer of its size (or allocates one), and hands it back when it returns:
 // the next call of the same shape reuses it. At most `limit` bytes are kept idle (the oldest
 // are freed first); `Clear()` frees them all (jaxsel's `native.clear_scratch()`). A buffer is
-// one call's while it is out, so concurrent calls of one shape get different buffers.
+// one call's while it is out, so concurrent calls of one shape get different buffers. The same
+// cache lends Python the aligned copy of a caller's host matrix that XLA shares (jaxsel's
+// `native.host_buffer`), given back when the last array viewing it is gone.
 #ifndef JAXSEL_CSRC_SCRATCH_H_
 #define JAXSEL_CSRC_SCRATCH_H_
 
