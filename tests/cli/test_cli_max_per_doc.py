@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jaxsel import cli
 
-DOC = (Path(__file__).resolve().parents[1] / "jaxsel" / "data" / "hotpotqa_wiki.md").read_text("utf-8")
+DOC = (Path(__file__).resolve().parents[2] / "jaxsel" / "data" / "hotpotqa_wiki.md").read_text("utf-8")
 
 
 def test_max_per_doc_caps_each_file(tmp_path):

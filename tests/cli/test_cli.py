@@ -26,7 +26,7 @@ import jaxsel
 from jaxsel import cli
 from jaxsel._src import text
 
-DATA = Path(__file__).resolve().parents[1] / "jaxsel" / "data"
+DATA = Path(__file__).resolve().parents[2] / "jaxsel" / "data"
 DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")
 QUESTION = json.loads((DATA / "hotpotqa_questions.jsonl").read_text("utf-8").splitlines()[0])
 
