@@ -351,6 +351,33 @@ def test_max_per_group_without_groups_caps_each_document_as_the_library_does(url
       [(p.doc, p.start) for p in want.passages]
 
 
+def test_twelve_top_n_values_compile_nothing_after_the_first(url):
+  # top_n is a run-time value of the default method's solve: after one request of a shape,
+  # the same request with 12 other top_n compiles no program (each was ~5 s, blocking the worker).
+  from tests.compiles import CompileCounter
+  body = {"query": QUERY, "documents": DOCS * 10, "budget_tokens": 120, "top_n": 3,
+          "return_documents": False}
+  assert post(url, body).status_code == 200
+  with CompileCounter() as cc:
+    for top_n in range(1, 13):
+      r = post(url, {**body, "top_n": top_n})
+      assert r.status_code == 200, r.text
+      assert 1 <= len(r.json()["results"]) <= top_n
+  assert cc.count == 0
+
+
+def test_sentence_granularity_top_n_and_pinned_count_documents(url):
+  # A pinned document of four sentences with top_n 1: one document, sent whole or in parts.
+  body = {"query": QUERY, "documents": DOCS, "budget_tokens": 150, "top_n": 1, "pinned": [1],
+          "granularity": "sentence", "return_documents": False}
+  r = post(url, body)
+  assert r.status_code == 200, r.text
+  assert {x["index"] for x in r.json()["results"]} == {1}
+  r = post(url, {**body, "pinned": None, "top_n": 2})
+  assert r.status_code == 200, r.text
+  assert 1 <= len({x["index"] for x in r.json()["results"]}) <= 2
+
+
 # -- offline pages -----------------------------------------------------------------------------
 
 
