@@ -13,7 +13,8 @@ without installing), jaxsel runs its pure-XLA code (same picks) and says so in o
 the first time a kernel would have served (logger `jaxsel`). Which path runs is a static
 argument at the API boundary: `backend="auto"` (the kernels where they apply), `"native"`
 (an error if they are unavailable) or `"xla"`. `JAXSEL_NATIVE=0` in the environment, read
-once at import, makes `"auto"` mean `"xla"`. `status()` says what was loaded.
+once at import, makes `"auto"` mean `"xla"`; `JAXSEL_NATIVE_VARIANT` picks one library.
+`status()` says what was loaded.
 
 This package only builds (`csrc/`, compiled by `setup.py`), loads and chooses; it imports
 nothing above it. Each kernel's JAX wrapper (its `ffi_call`, its `custom_vjp`, whose backward
@@ -55,6 +56,9 @@ TARGETS = {
 }
 
 ENABLED = os.environ.get("JAXSEL_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+# `JAXSEL_NATIVE_VARIANT=generic` (or another of VARIANTS), read once at import, loads that
+# library only (still never one this CPU cannot run): to compare the variants' picks.
+VARIANT = os.environ.get("JAXSEL_NATIVE_VARIANT", "").strip().lower() or None
 
 
 def library_path(variant: str) -> Optional[Path]:
@@ -80,6 +84,10 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
   if not ENABLED:
     return None, "turned off by JAXSEL_NATIVE=0"
   variants = VARIANTS if platform.machine().lower() in ("x86_64", "amd64") else ("generic",)
+  if VARIANT is not None:
+    if VARIANT not in variants:
+      return None, f"JAXSEL_NATIVE_VARIANT={VARIANT!r} is not one of {variants}"
+    variants = (VARIANT,)
   flags = _cpu_flags()
   missing = []
   for variant in variants:
@@ -88,6 +96,8 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
       missing.append(variant)
       continue
     if not _NEEDS[variant] <= flags:
+      if VARIANT is not None:
+        return None, f"JAXSEL_NATIVE_VARIANT={VARIANT}: this CPU cannot run {path.name}"
       continue  # never load code this CPU cannot run
     try:
       lib = ctypes.CDLL(str(path))
