@@ -425,6 +425,51 @@ def first_call(n: int, k: int, rounds: int, peers: list[str]):
   return "\n".join(lines) + "\n"
 
 
+def recompiles(n: int, k: int, calls: int = 3) -> str:
+  """Programs compiled by repeat calls (after one warm-up call each, new data of the same shapes
+  every call), counted from JAX's compile log: the single-problem calls from NumPy's own array,
+  from a jax.Array and from embeddings, and the in-jit batch from a device array and from NumPy."""
+  import logging
+  compiled = []
+
+  class Count(logging.Handler):
+    def emit(self, record):
+      if "Compiling" in record.getMessage():
+        compiled.append(record.getMessage()[:80])
+
+  rng = np.random.default_rng(7)
+  def sim(m):
+    return cosine(embeddings(rng, m).astype(np.float32))
+  inside = jax.jit(jax.vmap(lambda s: jaxsel.greedy(jaxsel.coverage(s), k=10).indices))
+  from_np = jax.jit(jax.vmap(lambda o: jaxsel.greedy(o, k=10).indices))
+  work = {
+      "greedy(facility_location(S)), NumPy": lambda: jaxsel.greedy(jaxsel.facility_location(sim(n)), k=k),
+      "greedy(facility_location(S)), jax.Array": lambda: jaxsel.greedy(
+          jaxsel.facility_location(jax.device_put(sim(n))), k=k),
+      "greedy(facility_location_from_embeddings(E))": lambda: jaxsel.greedy(
+          jaxsel.facility_location_from_embeddings(embeddings(rng, n).astype(np.float32)), k=k),
+      "in-jit batch from a device array": lambda: inside(jax.device_put(
+          np.stack([sim(100) for _ in range(64)]))),
+      "batch from NumPy: coverage(sims) + jit(vmap(greedy))": lambda: from_np(
+          jaxsel.coverage(np.stack([sim(100) for _ in range(64)]))),
+  }
+  handler = Count()
+  logger = logging.getLogger("jax")
+  out = []
+  with jax.log_compiles(True):
+    logger.addHandler(handler)
+    try:
+      for name, fn in work.items():
+        jax.block_until_ready(fn())
+        compiled.clear()
+        for _ in range(calls):
+          jax.block_until_ready(fn())
+        out.append(f"{name}: {len(compiled)}")
+    finally:
+      logger.removeHandler(handler)
+  return (f"recompiles on {calls} repeat calls (N = {n}, new data each call): " + "; ".join(out) + "\n")
+
+
 # --- report ----------------------------------------------------------------------------------
 
 def table(title, rows, info, floor_s=None) -> str:
@@ -494,6 +539,8 @@ def main(argv=None):
                  help="also the real-embedding workload ([N, D] embeddings, default the shared "
                       "MiniLM HotpotQA file) at --sizes")
   p.add_argument("--real-only", action="store_true", help="only the real-embedding workload")
+  p.add_argument("--recompiles", action="store_true",
+                 help="also count the programs compiled by repeat calls (should be 0)")
   p.add_argument("--out", help="also write the markdown report to this file")
   a = p.parse_args(argv)
   if a.quick:
@@ -515,6 +562,10 @@ def main(argv=None):
             f"native kernels: {_native_state()}.", ""]
   report = ["\n".join(header)]
   print(report[0], flush=True)
+  if a.recompiles:
+    t = recompiles(a.sizes[0], a.k)
+    print(t, flush=True)
+    report.append(t)
   if a.real_only:
     a.real = a.real or REAL
     a.skip_single = a.skip_batch = True
