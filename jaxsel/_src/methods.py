@@ -58,7 +58,8 @@ def _deprecated_signal(name: str):
   def get(req: Request):
     warnings.warn(f"`Request.{name}` is deprecated: the text signals are one optional pytree, "
                   f"`req.signals` (None when the request carries none); read "
-                  f"`jaxsel.contrib.registry.signals_of(req).{name}`.", DeprecationWarning, stacklevel=2)
+                  f"`jaxsel.contrib.registry.signals_of(req).{name}`.", DeprecationWarning,
+                  stacklevel=2)
     return getattr(signals_of(req), name)
   return property(get)
 

@@ -128,13 +128,15 @@ def load_agent(path: str) -> ConfigAgent:
 def _check_params_sha256(raw: bytes, cfg: dict, params_path: str) -> None:
   if cfg["format"] == _UNCHECKED_FORMAT:
     warnings.warn(f"{params_path} was saved without a checksum ({_UNCHECKED_FORMAT}), so damage to "
-                  "it cannot be detected; save the agent again with jaxsel.contrib.save_agent to add one.",
+                  "it cannot be detected; save the agent again with jaxsel.contrib.save_agent to "
+                  "add one.",
                   stacklevel=3)
     return
   want = cfg.get("params_sha256")
   if not isinstance(want, str):
     raise ValueError(f"{params_path} cannot be verified: its {CONFIG_FILE} lacks `params_sha256` "
-                     f"(required by {AGENT_FORMAT}); save the agent again with jaxsel.contrib.save_agent.")
+                     f"(required by {AGENT_FORMAT}); save the agent again with "
+                     "jaxsel.contrib.save_agent.")
   if hashlib.sha256(raw).hexdigest() != want:
     raise ValueError(f"{params_path} is corrupt or truncated: its SHA-256 does not match the one "
                      f"recorded in {CONFIG_FILE} (modified or damaged on disk); save or train the "
