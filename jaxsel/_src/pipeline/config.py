@@ -33,11 +33,11 @@ class PipelineConfig:
       candidate from its tokens (`SentenceEncoder.encode_chunks`), so a candidate's vector
       sees its context; candidates given as `Passage`s or from an index are embedded alone.
     greedy_method: ``"lazy"`` (default), ``"dense"`` or ``"stochastic"`` (see `jaxsel.greedy`).
-    nonneg: how cosines become non-negative (`jaxsel.nonnegative`), default ``"clip"``.
+    nonneg: how cosines become non-negative (`jaxsel.contrib.nonnegative`), default ``"clip"``.
     candidates: passages retrieved from an index per query before selecting.
     diversity: MMR's weight on redundancy, in [0, 1] (0 is relevance order).
     corag_scorer: what the CORAG search maximises: a name of the scorer registry
-      (`jaxsel.available_scorers()`), or a callable `(request: jaxsel.Request) -> scorer`.
+      (`jaxsel.available_scorers()`), or a callable `(request: jaxsel.contrib.Request) -> scorer`.
       The default ``"learned_hops"`` is a small learned second-hop model (shipped weights,
       `jaxsel/data/hop_scorer.safetensors`) over per-request features (relevance and its
       rank, similarity to earlier picks, the text signals, costs): it maximises the expected
@@ -57,7 +57,7 @@ class PipelineConfig:
       candidates (sentences at `granularity="sentence"`: ~100 for 20 paragraphs) the CORAG
       search offers at each node only its ⌈C·√visits⌉ best-valued children
       (`jaxsel.corag_search`'s progressive widening), so its 15 iterations go deeper than
-      two picks. Off by default (0): measured at sentence granularity (`bench/RESULTS.md`,
+      two picks. Off by default (0): measured at sentence granularity (`training/RESULTS.md`,
       CORAG widening), C = 2 moves every row by -3 to +3 points since the top-up follows
       the searched passages' links (paragraph joint recall on untitled HotpotQA at 384
       tokens: -3 [-7, 0]).

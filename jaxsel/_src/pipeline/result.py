@@ -42,6 +42,10 @@ def fill_template(template: str, queries, context: str) -> str:
   return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
+# The orders a context can be sent in (`SelectionResult.ordered`).
+ORDERS = ("selection", "pick", "document", "relevance", "edges")
+
+
 @dataclasses.dataclass
 class SelectionResult:
   """What `Pipeline.select` picked, in pick order, and why.
@@ -103,13 +107,42 @@ class SelectionResult:
   def __len__(self) -> int:
     return len(self.passages)
 
-  def context(self, *, order: str = "selection", numbered: bool = True) -> str:
-    """The picked passages joined into one context. `order`: ``"selection"`` (pick order, most
-    valuable first) or ``"document"`` (source order, for reading)."""
-    checks.choice(order, "order", ("selection", "document"))
+  def ordered(self, order: str = "selection", *, previous=None) -> list:
+    """The picked passages in `order` (see `ORDERS`):
+
+    * ``"selection"`` or ``"pick"``: pick order (what the method valued first);
+    * ``"document"``: source order (document, then offset), for reading;
+    * ``"relevance"``: most relevant to the queries first (pick order without queries);
+    * ``"edges"``: the most relevant at both ends and the least in the middle (relevance
+      ranks 1, 3, 5, ... then ..., 6, 4, 2), for readers that lose the middle of a long
+      context.
+
+    `previous`: what an earlier request sent (its `SelectionResult`, or the texts it sent as
+    `Passage.sent_text`, in order): the pieces of it picked again come first, in its order and
+    byte for byte, so a follow-up's prompt starts as the earlier one did (an LLM server's prefix
+    cache reuses it); the new pieces follow in `order`."""
+    checks.choice(order, "order", ORDERS)
     ps = list(self.passages)
     if order == "document" or self.unit == "word":
       ps.sort(key=lambda p: (p.doc, p.start))
+    elif order in ("relevance", "edges") and self.scores is not None:
+      rank = np.argsort(-np.asarray(self.scores, np.float64), kind="stable")
+      ps = [ps[i] for i in rank]
+    if order == "edges":
+      ps = ps[0::2] + ps[1::2][::-1]
+    if previous is None:
+      return ps
+    sent = [p.sent_text for p in previous.passages] if isinstance(previous, SelectionResult) \
+        else [p.sent_text if hasattr(p, "sent_text") else p for p in previous]
+    place = {t: i for i, t in reversed(list(enumerate(sent)))}
+    kept = sorted((p for p in ps if p.sent_text in place), key=lambda p: place[p.sent_text])
+    return kept + [p for p in ps if p.sent_text not in place]
+
+  def context(self, *, order: str = "selection", numbered: bool = True, previous=None) -> str:
+    """The picked passages joined into one context, in `order` (`ordered`: ``"selection"``,
+    ``"document"``, ``"relevance"``, ``"edges"``; `previous` keeps an earlier request's pieces
+    first)."""
+    ps = self.ordered(order, previous=previous)
     if self.unit == "word":
       return self._words(ps)
     return join_context([p.sent_text for p in ps], numbered=numbered)
@@ -129,7 +162,7 @@ class SelectionResult:
     return "".join(out)
 
   def prompt(self, template: Optional[str] = None, *, order: str = "selection",
-             numbered: bool = True) -> str:
+             numbered: bool = True, previous=None) -> str:
     """The prompt for an LLM: `template` with `{context}` and `{query}` filled in.
 
     The default template asks to answer the query (queries joined by newlines) from the
@@ -139,7 +172,8 @@ class SelectionResult:
       template = DEFAULT_TEMPLATE if self.queries else TEXT_TEMPLATE
     if "{context}" not in template:
       raise ValueError("`template` must contain '{context}' (and usually '{query}').")
-    return fill_template(template, self.queries, self.context(order=order, numbered=numbered))
+    return fill_template(template, self.queries,
+                         self.context(order=order, numbered=numbered, previous=previous))
 
   def to_dict(self) -> dict:
     """A JSON-serialisable summary (the `jaxsel select --json` schema)."""

@@ -42,7 +42,7 @@ from jaxsel._src.pipeline import solve as solve_lib
 from jaxsel._src.pipeline import width as width_lib
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
-from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, Answer, SelectionResult
+from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, ORDERS, Answer, SelectionResult
 from jaxsel._src.bridge import group_ids
 from jaxsel._src.checks import check_texts
 from jaxsel._src.constraints import UNCAPPED
@@ -120,7 +120,7 @@ class Pipeline:
       second-hop scorer, the best measured on multi-hop QA) when there is a question,
       ``"coverage"`` (text selection) when there is none.
     agent: what picks the CORAG scorer and search settings per request from the query
-      embedding (the mean over the queries): a trained `jaxsel.ConfigAgent`, or any object
+      embedding (the mean over the queries): a trained `jaxsel.contrib.ConfigAgent`, or any object
       with `predict(features [D]) -> choice` (`scorer`, `iterations`, `exploration`,
       `cost_penalty`).
     generator: what `answer` asks (`jaxsel.load_generator(...)`, or an `OpenAIGenerator`);
@@ -680,8 +680,9 @@ class Pipeline:
       budget: most tokens of the context as sent (default 256, or what the window leaves).
       template: the prompt, with `{context}` and `{query}` (default `SelectionResult.prompt`'s).
       max_new_tokens: the longest answer, in the generator's tokens.
-      order: the context's order in the prompt: ``"document"`` (reading order, the default) or
-        ``"selection"`` (most valuable first).
+      order: the context's order in the prompt: ``"document"`` (reading order, the default),
+        ``"selection"`` (most valuable first), ``"relevance"`` or ``"edges"`` (the most relevant
+        at both ends; `SelectionResult.ordered`).
       context_window: the model's window `N` in its tokens. The context gets what remains of it
         after the template, the question, the chat template's own tokens and `max_new_tokens`
         (and at most `budget`); the prompt as the generator reads it is then counted and, where
@@ -694,6 +695,7 @@ class Pipeline:
     if not isinstance(query, str):
       raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
     checks.static_int(max_new_tokens, "max_new_tokens", 1, what="the longest answer in tokens")
+    checks.choice(order, "order", ORDERS)
     checks.token_budget(budget, none="256, or what the window leaves")
     t0 = time.perf_counter()
     # The offline default's model is loaded once per process (`default_generator`); nothing

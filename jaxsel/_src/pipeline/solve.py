@@ -165,7 +165,7 @@ def _prefix_values(scorer, order: Array):
 def request(inputs: Inputs, *, nonneg: str = "clip", dense: bool = True) -> methods.Request:
   """The registry's `Request` of one padded request: what every method and scorer of the
   Pipeline is built from. Research code that scores requests itself (label sweeps, training)
-  builds them here too (`jaxsel.registry.pipeline_request`), so what it scores is what the
+  builds them here too (`jaxsel.contrib.registry.pipeline_request`), so what it scores is what the
   search sees, text signals included. Works under `jit` and `vmap`."""
   return methods.request(inputs.query, inputs.passages, inputs.symmetric, costs=inputs.costs,
                          signals=inputs.signals, valid=inputs.valid,
