@@ -89,6 +89,9 @@ def main(argv=None):
   print(f"# {time.strftime('%Y-%m-%d %H:%M')} · {platform.processor() or platform.machine()} · "
         f"{os.cpu_count()} cores · load {os.getloadavg()[0]:.1f} at start")
   rows = []
+  print("| method | granularity | " + " | ".join(f"N = {n:,}" for n in sizes)
+        + " | growth exponent: memory / time |")
+  print("|---|---|" + "---|" * len(sizes) + "---|")
   for g in args.granularities.split(","):
     for m in args.methods.split(","):
       got = []
