@@ -25,8 +25,21 @@ NONNEG_METHODS = ("clip", "shift", "minmax", "square")
 ELEMENTWISE_NONNEG = ("clip", "shift", "square")
 
 
+# Rows whose largest entry lies outside [2^-30, 2^30] are first scaled by a power of two.
+_FAR = 2.0 ** 30
+
+
 def l2_normalize(x: Array, eps: float = 1e-12) -> Array:
-  """Rows of `x` `[..., D]` scaled to unit length (a zero row stays zero)."""
+  """Rows of `x` `[..., D]` scaled to unit length (a zero row stays zero). A row of extreme
+  magnitude (largest entry above 2^30 or below 2^-30, e.g. 1e20 or 1e-30) is first scaled by a
+  power of two, exactly, so its float32 norm neither overflows nor underflows; other rows are
+  computed as before, bit for bit."""
+  x = jnp.asarray(x)
+  if jnp.issubdtype(x.dtype, jnp.floating):
+    top = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
+    far = (top > _FAR) | ((top < 1.0 / _FAR) & (top > 0))
+    power = jnp.round(jnp.log2(jnp.where(far, top, 1.0)))
+    x = jnp.where(far, x * jnp.exp2(-power).astype(x.dtype), x)
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 

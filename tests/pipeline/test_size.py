@@ -158,3 +158,18 @@ def test_sentence_granularity_max_per_group_counts_passages(enc):
     docs = {p.doc for p in res.passages}
     assert len(docs & {0, 1}) <= 1 and len(docs & {2, 3}) <= 1, method
     assert docs, method
+
+
+def test_embeddings_of_extreme_magnitude_give_their_true_cosine(enc):
+  # Entries of 1e20 (and a query of 1e-30) overflowed (underflowed) float32's norm: every
+  # relevance was 0. They are scaled by a power of two first; ordinary rows are unchanged.
+  e = np.array([[1e20, 1e20, 0], [1e20, 0, 0], [0, 0, 1e20]], np.float32)
+  q = np.array([[1e-30, 0, 0]], np.float32)
+  ps = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=10) for i, t in enumerate(["a b", "c d", "e f"])]
+  res = jaxsel.Pipeline(enc, method="naive").select("q", ps, budget=100, embeddings=e,
+                                                    query_embeddings=q)
+  np.testing.assert_allclose(res.candidate_scores[0], [0.70710677, 1.0, 0.0], atol=1e-6)
+  x = np.random.default_rng(0).normal(size=(20, DIM)).astype(np.float32)
+  plain = x / np.linalg.norm(x, axis=-1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(jaxsel.cosine_similarity(x, nonneg=None)), plain @ plain.T,
+                             atol=1e-6)
