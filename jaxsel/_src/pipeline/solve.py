@@ -176,7 +176,8 @@ def request(inputs: Inputs, *, nonneg: str = "clip", dense: bool = True) -> meth
 def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   """Picks for one padded request (see the module docstring); `jax.vmap` it for a batch."""
   c = config
-  req = request(inputs, nonneg=c.nonneg, dense=c.dense)
+  # A search of width W builds its own `[W, W]` similarity; the request's `[N, N]` is not read.
+  req = request(inputs, nonneg=c.nonneg, dense=c.dense and c.width is None)
   cons = {}
   if c.constrained:
     cons = {"pinned": inputs.pinned, "groups": inputs.cap_groups, "max_per_group": inputs.caps}
@@ -194,10 +195,8 @@ def solve(inputs: Inputs, settings: Settings, config: SolveConfig) -> Output:
   # No budget (inf): every candidate fits, and CORAG's cost penalty is relative to them all.
   total = jnp.where(jnp.isfinite(settings.budget), settings.budget, jnp.sum(req.costs))
   shown = req.relevance  # what the result reports: every candidate's relevance
-  if c.method == "corag" and inputs.repeats is not None:  # each text searched once
-    keep = req.valid & ~inputs.repeats
-    req = req._replace(relevance=jnp.where(keep[None, :], req.relevance, 0),
-                       costs=jnp.where(keep, req.costs, 0), valid=keep)
+  if c.method == "corag":  # each text searched once
+    req = _without(req, inputs.repeats)
   rel = methods.best_relevance(req)
   if c.method == "naive":
     sc = methods.scorer(BASELINE_SCORERS["naive"], req, discount=1.0)  # curve: total relevance
@@ -220,11 +219,7 @@ def _corag(inputs: Inputs, settings: Settings, c: SolveConfig, req: methods.Requ
   sreq, scons, inverse = req, cons, None
   if c.width is not None:
     sub, inverse = _searched(inputs)
-    sreq = request(sub, nonneg=c.nonneg, dense=c.dense)
-    if sub.repeats is not None:
-      keep = sreq.valid & ~sub.repeats
-      sreq = sreq._replace(relevance=jnp.where(keep[None, :], sreq.relevance, 0),
-                           costs=jnp.where(keep, sreq.costs, 0), valid=keep)
+    sreq = _without(request(sub, nonneg=c.nonneg, dense=c.dense), sub.repeats)
     if c.constrained:
       scons = {"pinned": sub.pinned, "groups": sub.cap_groups, "max_per_group": sub.caps}
   sc = methods.scorer(c.scorer, sreq, discount=settings.discount)
@@ -250,6 +245,15 @@ def _corag(inputs: Inputs, settings: Settings, c: SolveConfig, req: methods.Requ
   exhausted, searched, estimate = tree_lib.search_estimate(res.tree, settings.exploration)
   return Output(res.order, gains, curve, res.length, shown, res.nonfinite, nan, nan,
                 exhausted, searched, estimate)
+
+
+def _without(req: methods.Request, repeats: Optional[Array]) -> methods.Request:
+  """`req` with the `repeats` `[N]` (`Inputs.repeats`; None: none) invalid, costing 0."""
+  if repeats is None:
+    return req
+  keep = req.valid & ~repeats
+  return req._replace(relevance=jnp.where(keep[None, :], req.relevance, 0),
+                      costs=jnp.where(keep, req.costs, 0), valid=keep)
 
 
 def _searched(inputs: Inputs) -> tuple:
