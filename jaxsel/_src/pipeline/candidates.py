@@ -93,11 +93,10 @@ def check_budget(budget, k, costs: np.ndarray) -> float:
   return float(budget)
 
 
-def from_documents(source, embedder: Embedder, split, *, late_chunking: bool,
-                   expand=None) -> Candidates:
-  """Candidates from documents (split with `split(documents) -> [Passage]`) or `Passage`s;
-  `expand(passages) -> (candidates, parents, passages)` cuts them finer before anything is
-  embedded (`granularity.sentences`)."""
+def from_documents(source, split, *, expand=None) -> Candidates:
+  """Candidates, not yet embedded (`embedded`), from documents (split with
+  `split(documents) -> [Passage]`) or `Passage`s; `expand(passages) -> (candidates, parents,
+  passages)` cuts them finer (`granularity.sentences`)."""
   if isinstance(source, str):
     raise TypeError("`documents_or_index` must be a list of documents, not one string; "
                     "wrap it: [document].")
@@ -113,11 +112,19 @@ def from_documents(source, embedder: Embedder, split, *, late_chunking: bool,
   parents = units = None
   if expand is not None:
     passages, parents, units = expand(passages)
-  if late_chunking and docs is not None:
-    e = embedder.late_chunks(docs, passages)
-    return Candidates(passages, e, e, docs, None, parents, units)
-  e, s = embedder.passages([p.sent_text for p in passages])
-  return Candidates(passages, e, s, docs, None, parents, units)
+  return Candidates(passages, None, None, docs, None, parents, units)
+
+
+def embedded(cands: Candidates, embedder: Embedder, *, late_chunking: bool) -> Candidates:
+  """`cands` with their embeddings: as they are where they have them, else pooled from their
+  documents' tokens (`late_chunking`, for split documents) or each embedded alone."""
+  if cands.embeddings is not None:
+    return cands
+  if late_chunking and cands.documents is not None:
+    e = embedder.late_chunks(cands.documents, cands.passages)
+    return cands._replace(embeddings=e, symmetric=e)
+  e, s = embedder.passages([p.sent_text for p in cands.passages])
+  return cands._replace(embeddings=e, symmetric=s)
 
 
 def from_embeddings(source, embeddings, tokenizer) -> Candidates:
@@ -144,9 +151,11 @@ def from_embeddings(source, embeddings, tokenizer) -> Candidates:
 
 
 def from_index(index: VectorIndex, queries: list, embedder: Embedder, tokenizer, *,
-               candidates: int) -> Candidates:
+               candidates: int, expand=None) -> Candidates:
   """The passages of `index` retrieved for `queries` (up to `candidates` per query), or the
-  whole index for text selection when it is small."""
+  whole index for text selection when it is small, each costing its text in `tokenizer` (the
+  index may have counted in another unit); `expand` as in `from_documents` (the sentences are
+  then not embedded yet)."""
   if not len(index):
     raise ValueError("The index is empty; add passages first (`Pipeline.build_index`).")
   if queries:
@@ -165,11 +174,11 @@ def from_index(index: VectorIndex, queries: list, embedder: Embedder, tokenizer,
     fields.setdefault("start", 0)
     fields.setdefault("end", len(t))
     passages.append(text_lib.Passage(text=t, **fields))
-  missing = [j for j, p in enumerate(passages) if not p.tokens and p.text]
-  if missing:
-    costs = text_lib.token_costs([passages[j].text for j in missing], tokenizer)
-    for j, c in zip(missing, costs):
-      passages[j] = dataclasses.replace(passages[j], tokens=int(c))
+  tokens = tokenizer.count([p.text for p in passages])
+  passages = [dataclasses.replace(p, tokens=int(n)) for p, n in zip(passages, tokens)]
+  if expand is not None:
+    passages, parents, units = expand(passages)
+    return Candidates(passages, None, None, None, None, parents, units)
   e = np.asarray(index.embeddings)[np.asarray(ids)]
   return Candidates(passages, e, e, None)
 
@@ -185,25 +194,6 @@ def query_embeddings(queries: list, given, dim: int, embedder: Embedder) -> Opti
     raise ValueError(f"`query_embeddings` must be [Q, D] = [{len(queries)}, {dim}] (one row per "
                      f"query, the passages' dimension), got shape {tuple(q.shape)}.")
   return q
-
-
-def batch_request(r: int, request, split, *, method: str) -> tuple:
-  """`requests[r]` of `select_many`, a `(queries, documents)` pair, checked for `method`:
-  -> (queries, passages, documents or None)."""
-  if not isinstance(request, (tuple, list)) or len(request) != 2:
-    raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
-  q = as_queries(request[0])
-  check_queries(method, q)
-  if isinstance(request[1], VectorIndex) or isinstance(request[1], str) or request[1] is None:
-    raise TypeError(f"`requests[{r}]`: batched requests take documents or passages, not "
-                    f"{type(request[1]).__name__}; use `select` for an index.")
-  docs = list(request[1])
-  if not docs:
-    raise ValueError(f"`requests[{r}]` has no documents.")
-  ps = docs if all(isinstance(p, text_lib.Passage) for p in docs) else split(docs)
-  if not ps:
-    raise ValueError(f"`requests[{r}]`: the documents contain no text.")
-  return q, ps, None if ps is docs else docs
 
 
 def repeats(passages: list, constraints: Optional[tuple] = None) -> Optional[np.ndarray]:

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import collections
 import copy
-import dataclasses
 import time
-from typing import NamedTuple, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -34,20 +33,17 @@ from jaxsel._src.base import Configurator, Encoder, Generator
 from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, default_generator, generator_counter
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.methods import default_method
-from jaxsel._src.numerics import ELEMENTWISE_NONNEG
+from jaxsel._src.pipeline import batch as batch_lib
 from jaxsel._src.pipeline import candidates as cands_lib
 from jaxsel._src.pipeline import granularity as granularity_lib
 from jaxsel._src.pipeline import reader as reader_lib
-from jaxsel._src.pipeline import solve as solve_lib
-from jaxsel._src.pipeline import width as width_lib
+from jaxsel._src.pipeline import request as request_lib
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
+from jaxsel._src.pipeline.request import Request
 from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, ORDERS, Answer, SelectionResult
-from jaxsel._src.bridge import group_ids
 from jaxsel._src.checks import check_texts
-from jaxsel._src.constraints import UNCAPPED
 from jaxsel._src.scorers.hops import load_hop_params
-from jaxsel._src.search import raise_if_nonfinite
 from jaxsel._src.tokens import TokenCounter, token_counter
 
 DEFAULT_ANSWER_BUDGET = 256  # `answer`'s budget without a window
@@ -61,44 +57,6 @@ def available_methods() -> tuple:
 def available_scorers() -> tuple:
   """The CORAG scorers of the registry, by name (`Pipeline(corag_scorer=...)`)."""
   return tuple(methods.SCORERS)
-
-
-class _Request(NamedTuple):
-  """One request, checked and embedded, ready to pad and solve."""
-  queries: list  # [Q] strings
-  candidates: cands_lib.Candidates
-  query_embeddings: Optional[np.ndarray]  # [Q, D]; None for text selection
-  budget: float  # inf: no budget
-  scorer: object  # the CORAG scorer (None for the other methods)
-  iterations: int
-  exploration: float
-  cost_penalty: float
-  signals: object  # `bridge.BridgeSignals` or None
-  constraints: Optional[tuple] = None  # `candidates.constraints`: (pinned, cap_groups, cap)
-  repeats: Optional[np.ndarray] = None  # CORAG: `candidates.repeats` [N], or None
-  widening: float = 0.0  # CORAG's progressive widening (a wide request: `PipelineConfig.widening`)
-  # CORAG over more than `search_width` candidates: the `[W']` it searches (`width.searched`;
-  # `signals` are theirs), else None.
-  searched: Optional[np.ndarray] = None
-
-
-def _pinned_only(cons: Optional[tuple]) -> Optional[tuple]:
-  """`cons` (`candidates.constraints`) with its pinned and no group caps."""
-  if cons is None:
-    return None
-  return cons[0], np.full(len(cons[1]), -1, np.int32), UNCAPPED
-
-
-def _certificate(out: solve_lib.Output, method: str) -> dict:
-  """The result fields saying how good the picks are: greedy's bound and certified ratio, or
-  whether the CORAG search was exhaustive and its estimate (None where not known)."""
-  def known(x):
-    return None if np.isnan(x) else float(x)
-
-  if method == "corag":
-    return {"exhausted": bool(out.exhausted), "searched": known(out.searched),
-            "estimate": known(out.estimate)}
-  return {"bound": known(out.bound), "certified": known(out.certified)}
 
 
 class Pipeline:
@@ -295,216 +253,6 @@ class Pipeline:
     index.add(emb, texts=[p.text for p in passages], metadata=meta)
     return index
 
-  def _candidates(self, queries, source, embeddings=None, sources=None,
-                  budget=None, granularity: str = "passage") -> cands_lib.Candidates:
-    """The request's candidates; those the pipeline counts itself (split from documents
-    or retrieved from an index) cost what they add to the context as sent, in the reader's
-    tokens (`reader.candidate_costs`); `Passage`s the caller gives, and candidates
-    given with `embeddings`, cost their own `tokens`. At `granularity="sentence"`, the
-    sentences of those passages (`granularity.sentences`)."""
-    expand = None
-    if granularity == "sentence":
-      expand = lambda ps: granularity_lib.sentences(ps, self.tokenizer)  # noqa: E731
-    if embeddings is not None:  # a framework's nodes: each costs its own tokens
-      return cands_lib.from_embeddings(source, embeddings, self.tokenizer)
-    else:
-      if source is None:
-        source = self.index
-      if source is None:
-        raise ValueError("No documents: pass `documents_or_index` (documents, passages or a "
-                         "VectorIndex) or build the Pipeline with `index=`.")
-      if isinstance(source, VectorIndex):
-        cands = cands_lib.from_index(source, queries, self._embedder, self.tokenizer,
-                                     candidates=self.config.candidates)
-        tokens = self.tokenizer.count([p.text for p in cands.passages])  # stored: another unit
-        cands = cands._replace(passages=[dataclasses.replace(p, tokens=int(n))
-                                         for p, n in zip(cands.passages, tokens)])
-        if expand is not None:
-          ps, parents, units = expand(cands.passages)
-          cands = cands_lib.Candidates(ps, *self._embedder.passages([p.sent_text for p in ps]),
-                                       None, None, parents, units)
-        given = False
-      else:
-        cands = cands_lib.from_documents(source, self._embedder,
-                                         lambda docs: self.split(docs, sources=sources,
-                                                                 budget=budget),
-                                         late_chunking=self.late_chunking, expand=expand)
-        given = cands.documents is None
-    return cands if given else self._sent(cands)
-
-  def _sent(self, cands: cands_lib.Candidates) -> cands_lib.Candidates:
-    return cands._replace(sent=reader_lib.candidate_costs(
-        self.tokenizer, [p.sent_text for p in cands.passages], unit=self.config.unit))
-
-  def _fitted(self, r: _Request, result: SelectionResult) -> SelectionResult:
-    """`result` with its cost counted as sent (and trimmed to the budget: `reader.fit`) for
-    the candidates the pipeline counted itself."""
-    if r.candidates.sent is None:
-      return result
-    return reader_lib.fit(result, self.tokenizer, r.budget if np.isfinite(r.budget) else None)
-
-  def _check_pinned(self, cons: Optional[tuple], name: str = "pinned") -> Optional[tuple]:
-    """`cons`, when its pinned fit the orders a search or baseline builds (`max_depth`)."""
-    depth = self.config.max_depth
-    if cons is not None and depth is not None and self.config.method not in methods.SUBMODULAR \
-        and len(cons[0]) > depth:
-      raise ValueError(f"`{name}` holds {len(cons[0])} passages, more than `max_depth`={depth} "
-                       f"of method {self.config.method!r} allows.")
-    return cons
-
-  def _request(self, queries, cands, q_emb, budget, cons: Optional[tuple]) -> _Request:
-    """The request with its constraints (`cons`), search settings (the agent's, when there is
-    one), text signals and, for CORAG, its repeated texts (`candidates.repeats`)."""
-    cfg = self.config
-    if cfg.method != "corag":
-      return _Request(queries, cands, q_emb, budget, None, 1, cfg.exploration, cfg.cost_penalty,
-                      None, cons)
-    if self.agent is None:
-      scorer, it, c, lam = cfg.corag_scorer, cfg.iterations, cfg.exploration, cfg.cost_penalty
-    else:
-      choice = self.agent.predict(np.mean(np.asarray(q_emb, np.float32), axis=0))
-      scorer, it, c, lam = choice.scorer, choice.iterations, choice.exploration, choice.cost_penalty
-    repeats = cands_lib.repeats(cands.passages, cons)
-    pinned = () if cons is None else cons[0]
-    searched = None
-    if len(pinned) <= cfg.search_width // 2:  # else the search runs over all candidates
-      searched = width_lib.searched(q_emb, cands.embeddings, cands.symmetric,
-                                    width=cfg.search_width, pinned=pinned, skip=repeats)
-    seen = cands.passages if searched is None else [cands.passages[i] for i in searched]
-    signals = None
-    if callable(scorer) or scorer in methods.USES_TEXT_SIGNALS:
-      signals = self._text_signals(queries, seen)
-    wide = len(seen) > cfg.widen_above
-    return _Request(queries, cands, q_emb, budget, scorer, int(it), c, lam, signals, cons,
-                    repeats, cfg.widening if wide else 0.0, searched)
-
-  def _text_signals(self, queries: list, passages: list):
-    """`methods.text_signals` of a request (tens of milliseconds of Python for 20 passages),
-    kept in the embedding cache beside the request's embeddings: a repeated request (`select`
-    or `select_many`) reads them back."""
-    texts, docs, titles = (tuple(p.text for p in passages), tuple(p.doc for p in passages),
-                           tuple(p.title for p in passages))
-    return self._cache.get(("text signals", tuple(queries), texts, docs, titles),
-                           lambda: methods.text_signals(texts, docs, titles, queries),
-                           size=self.config.cache_size)
-
-  # -- the solve -------------------------------------------------------------------------------
-  def _solve_config(self, r: _Request, *, n: int, k: Optional[int],
-                    min_gain) -> solve_lib.SolveConfig:
-    """The static settings of `r`'s solve over `n` (padded) candidates. Only greedy's `k` is
-    static (its certificate is the bound for k picks); CORAG, NaiveRAG and MMR take theirs at
-    run time (`Settings.limit`) under a depth of all `n`, so a new `k` compiles nothing."""
-    cfg = self.config
-    dense = (cfg.method not in methods.SUBMODULAR or n <= cfg.dense_limit
-             or cfg.nonneg not in ELEMENTWISE_NONNEG)
-    if cfg.method not in methods.SUBMODULAR:
-      k = None
-    k = n if k is None else min(int(k), n)
-    return solve_lib.SolveConfig(
-        method=cfg.method, k=k, depth=min(k, cfg.max_depth or n), greedy_method=cfg.greedy_method,
-        scorer=r.scorer, iterations=r.iterations, nonneg=cfg.nonneg, dense=dense,
-        backend=cfg.backend, knapsack=bool(np.isfinite(r.budget)),
-        use_min_gain=min_gain is not None and cfg.method in methods.SUBMODULAR,
-        # At sentence granularity CORAG's top-up runs after the solve (`granularity.fill`).
-        top_up=cfg.method == "corag" and cfg.top_up and r.candidates.parents is None,
-        constrained=r.constraints is not None, widen=r.widening > 0,
-        width=None if r.searched is None else cfg.search_width)
-
-  def _solve(self, requests: Sequence[_Request], *, k, min_gain) -> list:
-    """`solve.Output` (NumPy) of each request. Each is padded to its own shape buckets, as one
-    `select` pads it (padding to a larger size could reorder float sums and so break a near
-    tie differently), and requests of the same buckets and search choice are solved together,
-    `solve_rows` at a time, in one `jax.vmap`-ed program of `solve_rows` rows (a lone request
-    padded by repeating it): `select` and every batch size run the same program, so a request
-    gets the same floats however many requests share its call."""
-    cfg = self.config
-    # At sentence granularity `k` and the group caps count passages: the solve runs without
-    # them (`granularity.within` keeps its picks while they hold; the pinned stay).
-    sentence = requests[0].candidates.parents is not None
-    k = None if sentence else k
-    groups = collections.defaultdict(list)
-    for i, r in enumerate(requests):
-      groups[(solve_lib.bucket(len(r.candidates.passages)), solve_lib.query_bucket(len(r.queries)),
-              r.scorer, r.iterations, bool(np.isfinite(r.budget)),
-              r.constraints is not None, r.widening > 0, r.searched is not None)].append(i)
-    outs = [None] * len(requests)
-    for (n_pad, q_pad, *_), rows in groups.items():
-      # The picks are cut to the request's own k afterwards.
-      config = self._solve_config(requests[rows[0]], n=n_pad, k=k, min_gain=min_gain)
-      for start in range(0, len(rows), cfg.solve_rows):
-        part = rows[start:start + cfg.solve_rows]
-        full = part + [part[-1]] * (cfg.solve_rows - len(part))
-        inputs = solve_lib.pad_batch(
-            [(requests[i].query_embeddings, requests[i].candidates.embeddings,
-              requests[i].candidates.symmetric, requests[i].candidates.costs, requests[i].signals,
-              _pinned_only(requests[i].constraints) if sentence else requests[i].constraints,
-              requests[i].repeats, requests[i].searched) for i in full],
-            n=n_pad, q=q_pad, w=config.width)
-        settings = solve_lib.stack([solve_lib.Settings.of(
-            budget=requests[i].budget, min_gain=min_gain, discount=cfg.discount,
-            exploration=requests[i].exploration, cost_penalty=requests[i].cost_penalty,
-            diversity=cfg.diversity, widening=requests[i].widening, limit=k) for i in full])
-        out = solve_lib.run(inputs, settings, config)
-        for b, i in enumerate(part):
-          outs[i] = solve_lib.row(out, b)
-    return outs
-
-  def _result(self, r: _Request, out: solve_lib.Output, *, k, min_gain) -> SelectionResult:
-    cfg, passages = self.config, r.candidates.passages
-    raise_if_nonfinite(out.nonfinite, solve_lib.BASELINE_SCORERS.get(cfg.method, r.scorer),
-                       what=f"this request's {cfg.method!r} selection")
-    # A searched order is not a greedy ranking (a later chunk may pay off only after an
-    # earlier one), so `min_gain` cuts only the greedy baselines after the fact.
-    sentence = r.candidates.parents is not None
-    order, gains, curve = solve_lib.picks(
-        out, n=len(passages), k=None if sentence else k,
-        min_gain=min_gain if cfg.method in methods.BASELINES else None,
-        pinned=0 if r.constraints is None else len(r.constraints[0]))
-    if sentence:  # `k` and the caps count passages
-      order, gains, curve = granularity_lib.within((order, gains, curve), r.candidates.parents,
-                                                   k=k, constraints=r.constraints)
-    rel = out.relevance[:len(r.queries), :len(passages)] if r.queries else None
-
-    def build(order, gains, curve, budget=r.budget):
-      picked = [passages[i] for i in order]
-      result = SelectionResult(
-          method=cfg.method, queries=r.queries, passages=picked, indices=order,
-          scores=None if rel is None else rel.max(axis=0)[order],
-          gains=gains.astype(np.float32), curve=curve.astype(np.float32),
-          cost=int(sum(p.tokens for p in picked)),
-          budget=float(r.budget) if np.isfinite(r.budget) else None, candidates=passages,
-          candidate_scores=rel, documents=r.candidates.documents, unit=cfg.unit,
-          **_certificate(out, cfg.method))
-      if r.candidates.parents is None:
-        return result
-      return granularity_lib.merge(result, r.candidates.parents, r.candidates.units,
-                                   self.tokenizer, budget, own_costs=r.candidates.sent is None)
-
-    if r.candidates.parents is None or cfg.method != "corag" or not cfg.top_up:
-      return build(order, gains, curve)
-    c = r.candidates
-    return granularity_lib.top_up(
-        build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0), parents=c.parents,
-        budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
-        **self._links(r),
-        sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, self.tokenizer))
-
-  @staticmethod
-  def _links(r: _Request) -> dict:
-    """The text signals' `links` `[N, N]` and `groups` `[N]` over all of `r`'s candidates
-    (the sentence top-up's): those of the searched ones, where the search had a width (no
-    links from or to the others; the groups of all, `bridge.group_ids`)."""
-    sig = r.signals
-    if sig is None:
-      return {"links": None, "groups": None}
-    if r.searched is None:
-      return {"links": sig.links, "groups": sig.groups}
-    ps, idx = r.candidates.passages, r.searched
-    links = np.zeros((len(ps), len(ps)), np.float32)
-    links[np.ix_(idx, idx)] = sig.links
-    return {"links": links,
-            "groups": group_ids([p.doc for p in ps], [p.title for p in ps])}
-
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
              min_gain: Optional[float] = None, embeddings=None,
@@ -548,24 +296,9 @@ class Pipeline:
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=embeddings is not None)
     queries = cands_lib.as_queries(queries)
-    if self.config.method is None:
-      return self.resolved(queries).select(
-          queries, documents_or_index, budget=budget, k=k, min_gain=min_gain,
-          embeddings=embeddings, query_embeddings=query_embeddings, sources=sources,
-          pinned=pinned, groups=groups, max_per_group=max_per_group, granularity=granularity)
-    min_gain = self.config.min_gain if min_gain is None else min_gain
-    cands_lib.check_queries(self.config.method, queries)  # before any embedding
-    cands = self._candidates(queries, documents_or_index, embeddings, sources, budget, granularity)
-    budget = cands_lib.check_budget(budget, k, cands.costs)
-    q_emb = cands_lib.query_embeddings(queries, query_embeddings, cands.embeddings.shape[1],
-                                       self._embedder)
-    cons = self._check_pinned(cands_lib.constraints(
-        cands, pinned, groups, max_per_group, budget=budget, k=k,
-        index=isinstance(self.index if documents_or_index is None else documents_or_index,
-                         VectorIndex) and embeddings is None))
-    r = self._request(queries, cands, q_emb, budget, cons)
-    out, = self._solve([r], k=k, min_gain=min_gain)
-    return self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
+    request = Request(queries, documents_or_index, budget, k, granularity, pinned, groups,
+                      max_per_group, embeddings, query_embeddings, sources)
+    return self.resolved(queries)._run([request], min_gain)[0]
 
   def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
                   min_gain: Optional[float] = None, pinned: Optional[Sequence] = None,
@@ -597,72 +330,32 @@ class Pipeline:
     pinned, groups, embeddings, query_embeddings = per_request.values()
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=any(e is not None for e in embeddings))
-    min_gain = self.config.min_gain if min_gain is None else min_gain
     if not requests:
       raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
-    if self.config.method is None:  # the default per request: one batch per method
-      by_method = collections.defaultdict(list)
-      for r, req in enumerate(requests):
-        if not isinstance(req, (tuple, list)) or len(req) != 2:
-          raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
-        by_method[self.method_for(req[0])].append(r)
-      results = [None] * len(requests)
-      for method, rows in by_method.items():
-        outs = self.replace(method=method).select_many(
-            [requests[r] for r in rows], budget=budget, k=k, min_gain=min_gain,
-            pinned=[pinned[r] for r in rows], groups=[groups[r] for r in rows],
-            max_per_group=max_per_group, embeddings=[embeddings[r] for r in rows],
-            query_embeddings=[query_embeddings[r] for r in rows], granularity=granularity)
-        for r, out in zip(rows, outs):
-          results[r] = out
-      return results
-    split = lambda docs: self.split(docs, budget=budget)  # noqa: E731
-    given = {}  # request -> `Candidates` with the caller's embeddings (as `select` takes them)
-    checked = []
+    values = []
     for r, req in enumerate(requests):
-      if embeddings[r] is None:
-        checked.append(cands_lib.batch_request(r, req, split, method=self.config.method))
-        continue
-      q, items, _ = cands_lib.batch_request(r, req, lambda docs: docs, method=self.config.method)
-      try:
-        given[r] = cands_lib.from_embeddings(items, embeddings[r], self.tokenizer)
-      except (TypeError, ValueError) as e:
-        raise type(e)(f"`embeddings[{r}]`: {e}") from None
-      checked.append((q, given[r].passages, None))
-    extra = [()] * len(checked)  # granularity="sentence": each request's (parents, passages)
-    if granularity == "sentence":
-      cut = [granularity_lib.sentences(ps, self.tokenizer) for _, ps, _ in checked]
-      checked, extra = [(q, c[0], docs) for (q, _, docs), c in zip(checked, cut)], [c[1:] for c in cut]
-    sent = [None if docs is None else self._sent(cands_lib.Candidates(ps, None, None, docs)).sent
-            for _, ps, docs in checked]
-    budgets = [cands_lib.check_budget(budget, k, np.asarray([p.tokens for p in ps]) if s is None
-                                      else s) for (_, ps, _), s in zip(checked, sent)]
-    # Each request is embedded as `select` embeds it (its passages in one encoder call, its
-    # queries in another): an encoder's float sums depend on what shares a batch, and a
-    # last-bit difference can swap a near tie, so one request must not be embedded two ways.
-    # The solves are batched.
-    cons = [self._check_pinned(cands_lib.constraints(
-        cands_lib.Candidates(ps, None, None, docs, s, *extra[r]), pinned[r], groups[r], max_per_group,
-        budget=b, k=k, name=f"requests[{r}]."), f"requests[{r}].pinned")
-            for r, ((_, ps, docs), b, s) in enumerate(zip(checked, budgets, sent))]
-    prepared = []
-    for r, ((q, ps, docs), b, s) in enumerate(zip(checked, budgets, sent)):
-      if r in given:
-        cands = given[r]
-      elif self.late_chunking and docs is not None:
-        e = self._embedder.late_chunks(docs, ps)
-        cands = cands_lib.Candidates(ps, e, e, docs, s, *extra[r])
-      else:
-        cands = cands_lib.Candidates(ps, *self._embedder.passages([p.sent_text for p in ps]), docs,
-                                     s, *extra[r])
-      try:
-        q_emb = None if not q and query_embeddings[r] is None else cands_lib.query_embeddings(
-            q, query_embeddings[r], cands.embeddings.shape[1], self._embedder)
-      except (TypeError, ValueError) as e:
-        raise type(e)(f"`query_embeddings[{r}]`: {e}") from None
-      prepared.append(self._request(q, cands, q_emb, b, cons[r]))
-    outs = self._solve(prepared, k=k, min_gain=min_gain)
-    return [self._fitted(r, self._result(r, out, k=k, min_gain=min_gain))
+      if not isinstance(req, (tuple, list)) or len(req) != 2:
+        raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
+      values.append(Request(cands_lib.as_queries(req[0]), req[1], budget, k, granularity,
+                            pinned[r], groups[r], max_per_group, embeddings[r],
+                            query_embeddings[r], where=r))
+    by_method = collections.defaultdict(list)  # the default method is chosen per request
+    for r, value in enumerate(values):
+      by_method[self.method_for(value.queries)].append(r)
+    results = [None] * len(values)
+    for method, rows in by_method.items():
+      pipe = self if method == self.config.method else self.replace(method=method)
+      for r, out in zip(rows, pipe._run([values[r] for r in rows], min_gain)):
+        results[r] = out
+    return results
+
+  def _run(self, requests: Sequence[Request], min_gain) -> list:
+    """The `SelectionResult` of each request, by this pipeline's method: checked, embedded,
+    solved together (`request.prepare`, `batch.solve`)."""
+    min_gain = self.config.min_gain if min_gain is None else min_gain
+    prepared = request_lib.prepare(self, list(requests))
+    outs = batch_lib.solve(self.config, prepared, min_gain=min_gain)
+    return [batch_lib.result(self.config, self.tokenizer, r, out, min_gain=min_gain)
             for r, out in zip(prepared, outs)]
 
   # -- answering -------------------------------------------------------------------------------
