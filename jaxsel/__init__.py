@@ -52,7 +52,7 @@ _PUBLIC = {
     "jaxsel._src.pipeline.config": ("PipelineConfig",),
     "jaxsel._src.pipeline.selection": ("Pipeline", "available_methods", "available_scorers",
                                        "default_method"),
-    "jaxsel._src.pipeline.result": ("Answer", "SelectionResult"),
+    "jaxsel._src.pipeline.result": ("Answer", "Pick", "SelectionResult"),
     # the answer step
     "jaxsel._src.generation": ("EndpointError", "OpenAIGenerator", "TransformersGenerator",
                                "load_generator"),
@@ -65,8 +65,9 @@ __all__ = [name for names in _PUBLIC.values() for name in names]
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
 
 # Submodules reached as attributes (`jaxsel.testing.tiny_encoder()` after `import jaxsel`).
-# `files` is deprecated (it warns on use).
-_SUBMODULES = ("contrib", "testing", "files")
+# `files` is deprecated (it warns on use); `defaults` names the offline default models in the
+# standard library only (the `jaxsel` command reads it before it loads JAX).
+_SUBMODULES = ("contrib", "testing", "files", "defaults")
 
 # Deprecated in 0.2, removed in 0.3: old public name -> where it lives now. Each still works
 # and warns with a `DeprecationWarning` that names the new place.

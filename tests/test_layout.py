@@ -144,6 +144,19 @@ def test_the_product_never_imports_the_research_code():
       assert not module.startswith("training"), f"{path.relative_to(ROOT)} imports {module}"
 
 
+def test_the_apps_import_only_the_public_library():
+  """`jaxsel serve`, the framework adapters and the command call the library through its
+  public front (`Pipeline.pick`, `pick_many`, `select`, ...), never `jaxsel._src`."""
+  bad = []
+  for path in MODULES:
+    if path.relative_to(ROOT).parts[0] not in ("serve", "integrations", "cli"):
+      continue
+    for _, module, _ in _imports(ast.parse(path.read_text("utf-8"))):
+      if module.startswith("jaxsel._src"):
+        bad.append(f"{path.relative_to(ROOT)}: {module}")
+  assert not bad, bad
+
+
 def test_imports_sit_at_the_top_except_optional_dependencies():
   bad = []
   for path in MODULES:

@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 from jaxsel._src import checks
 from jaxsel._src.base import Generator  # noqa: F401 (the protocol the generators here implement)
 from jaxsel._src.tokens import TokenCounter, is_hf_tokenizer, token_counter
-from jaxsel._src.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, SMOLLM2_FILE,
+from jaxsel.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, SMOLLM2_FILE,
                                   SMOLLM2_MODULE, SMOLLM2_NAME)
 
 

@@ -436,8 +436,10 @@ def _recent_counter(tok, build: Callable) -> TokenCounter:
   return counter
 
 
-def token_counter(tokenizer=None) -> TokenCounter:
-  """The `TokenCounter` of `tokenizer` (see the module docstring for what it may be)."""
+def token_counter(tokenizer=None, *, per_text: bool = False) -> TokenCounter:
+  """The `TokenCounter` of `tokenizer` (see the module docstring for what it may be).
+  `per_text`: a callable that is not a tokenizer is a function of one text returning its count
+  or its tokens (e.g. LlamaIndex's `Settings.tokenizer`), not of a list of texts."""
   if isinstance(tokenizer, TokenCounter):
     return tokenizer
   if tokenizer is None:
@@ -453,6 +455,8 @@ def token_counter(tokenizer=None) -> TokenCounter:
     return token_counter(inner)
   if getattr(tokenizer, "counter", None) is not None:
     return token_counter(tokenizer.counter)
+  if callable(tokenizer) and per_text:
+    return text_counter(tokenizer)
   if callable(tokenizer):
     return TokenCounter(name=f"callable {getattr(tokenizer, '__name__', type(tokenizer).__name__)}",
                         count_fn=tokenizer)

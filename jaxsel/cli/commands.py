@@ -7,7 +7,7 @@ import sys
 import time
 
 import jaxsel
-from jaxsel._src.defaults import DEFAULT_MAX_NEW_TOKENS, default_encoder_path
+from jaxsel.defaults import DEFAULT_MAX_NEW_TOKENS, default_encoder_path
 from jaxsel.cli.common import (CLIError, DEMO_DOCUMENT, DEMO_QUESTIONS, announce_large_input,
                                answer_model, answer_model_name, bad_input, default_model,
                                make_pipeline, openai_generator, read_documents, reader_tokenizer)

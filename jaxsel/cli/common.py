@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import jaxsel  # its names load on first use: the command line is checked before JAX loads
-from jaxsel._src.defaults import DEFAULT_ENCODER, SMOLLM2_NAME, default_encoder_path
+from jaxsel.defaults import DEFAULT_ENCODER, SMOLLM2_NAME, default_encoder_path
 
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -309,7 +309,7 @@ def embedding_rate(pipe, texts: Sequence[str], *, sample: int = 64) -> float:
     enc = copy.copy(enc)
     enc.store = None
   picked = list(texts[::max(1, len(texts) // sample)])[:sample]
-  name = pipe._embedder.prompt_name("passage")
+  name = pipe.embedder.prompt_name("passage")
   for _ in range(2):
     t0 = time.perf_counter()
     enc.encode(picked, prompt_name=name, normalize=True, batch_size=pipe.config.batch_size)

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from jaxsel._src.defaults import DEFAULT_MAX_NEW_TOKENS
+from jaxsel.defaults import DEFAULT_MAX_NEW_TOKENS
 from jaxsel.cli.common import (CLIError, COMPILE_CACHE_ENV, DEFAULT_BUDGET, EMBEDDING_CACHE_ENV,
                                LARGE_INPUT_CHARS, arg_finite, arg_seconds, arg_tokens, arg_whole,
                                cache_dir, check_args, compile_cache_dir, default_model,

@@ -20,15 +20,9 @@ from typing import Any, NamedTuple, Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel._src import checks, methods, tokens
-from jaxsel._src.pipeline.granularity import check_granularity
-from jaxsel._src.text import sentence_spans
-
-# The methods that rank candidates for a query (`"coverage"` takes none, so it has no place here).
-METHODS = methods.NEEDS_QUERY  # the adapters always have a query
 ORDERS = ("input", "selection")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-DEFAULT_METHOD = methods.DEFAULT_QUERY_METHOD  # the adapters always have a query
+DEFAULT_METHOD = jaxsel.default_method(True)  # the adapters always have a query
 logger = logging.getLogger("jaxsel.integrations")
 # What `jaxsel.token_counter` takes, or a callable `text -> int` / `text -> tokens`.
 TokenizerLike = Any
@@ -64,31 +58,25 @@ class Pick(NamedTuple):
 
 # -- settings -------------------------------------------------------------------------------------
 def check_method(method) -> str:
-  return checks.choice(method, "method", METHODS, hint=" (the adapters take the methods that "
-                       "read a query)")
+  jaxsel.Pipeline.check_pick(method=method)
+  return method
 
 
 def check_order(order) -> str:
-  return checks.choice(order, "order", ORDERS, hint=" ('input': the candidates' own order; "
-                       "'selection': pick order, most valuable first)")
-
-
-def check_budget(budget):
-  """None, or a whole number of tokens >= 1 (a float such as 512.0 is one; 0 would select
-  nothing, ever)."""
-  return checks.token_budget(budget, low=1, whole=True, none="only `k` limits")
-
-
-def check_k(k):
-  return checks.integer(k, "k", none=True)
+  if not isinstance(order, str) or order not in ORDERS:
+    raise ValueError(f"`order` must be one of {', '.join(map(repr, ORDERS))} ('input': the "
+                     "candidates' own order; 'selection': pick order, most valuable first), got "
+                     f"{order!r}.")
+  return order
 
 
 def check_settings(*, method, budget, k, order, group_by=None, max_per_group=None,
                    granularity="passage") -> None:
-  check_method(method)
-  check_granularity(granularity)
-  check_budget(budget)
-  check_k(k)
+  """The library's checks of what `Pipeline.pick` takes (`Pipeline.check_pick`: a budget is a
+  whole number >= 1, as a float such as 512.0 is; 0 would select nothing, ever), and the
+  adapters' own (`order`, `group_by`)."""
+  jaxsel.Pipeline.check_pick(method=method, budget=budget, k=k, granularity=granularity,
+                             max_per_group=max_per_group)
   check_order(order)
   check_groups(group_by, max_per_group)
 
@@ -100,7 +88,6 @@ def check_groups(group_by, max_per_group) -> None:
                      "it) go together: pass both or neither.")
   if group_by is not None and not isinstance(group_by, str):
     raise TypeError(f"`group_by` must be a metadata key (a str), got {type(group_by).__name__}.")
-  checks.integer(max_per_group, "max_per_group", none=True)
 
 
 def group_labels(metadata: Sequence[Any], group_by: Optional[str]) -> Optional[list]:
@@ -140,10 +127,7 @@ def counter_of(pipeline: jaxsel.Pipeline, tokenizer) -> jaxsel.TokenCounter:
   the encoder's word pieces unless the pipeline was given one)."""
   if tokenizer is None:
     return pipeline.tokenizer
-  if (callable(tokenizer) and not isinstance(tokenizer, jaxsel.TokenCounter)
-      and not tokens.is_hf_tokenizer(tokenizer)):
-    return tokens.text_counter(tokenizer)
-  return jaxsel.token_counter(tokenizer)
+  return jaxsel.token_counter(tokenizer, per_text=True)
 
 
 def candidate_costs(pipeline: jaxsel.Pipeline, tokenizer, texts: Sequence[str]) -> np.ndarray:
@@ -240,57 +224,48 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   check_settings(method=method, budget=budget, k=k, order=order, granularity=granularity)
   if not isinstance(query, str) or not query.strip():
     raise ValueError(f"jaxsel needs a query (a non-empty string) to select {what}s, got {query!r}.")
-  keep = [i for i, t in enumerate(texts if contents is None else contents) if t.strip()]
-  if not keep:
+  keep = [bool(t.strip()) for t in (texts if contents is None else contents)]
+  kept = [i for i, ok in enumerate(keep) if ok]
+  if not kept:
     return [], None
-  cheapest = min(int(costs[i]) for i in keep)
+  cheapest = min(int(costs[i]) for i in kept)
   if budget is not None and budget < cheapest and granularity == "sentence":  # or a sentence
     cheapest = min(cheapest, int(min(counter_of(pipeline, tokenizer).count(
-        [texts[i][a:b] for i in keep for a, b in sentence_spans(texts[i])]))))
+        [p.text for i in kept for p in jaxsel.split_text(texts[i], unit="sentence")]))))
   if budget is not None and budget < cheapest:
     logger.warning("jaxsel selects no %s: the budget of %g tokens is below the cheapest of the "
-                   "%d candidates (%d tokens).", what, budget, len(keep), cheapest)
+                   "%d candidates (%d tokens).", what, budget, len(kept), cheapest)
     return [], None
   if pipeline.method != method:
     pipeline = pipeline.replace(method=method)  # shares the encoder and the embedding cache
-  passages = [jaxsel.Passage(texts[i], 0, len(texts[i]), doc=j, tokens=int(costs[i]))
-              for j, i in enumerate(keep)]
   q_emb = None
   if granularity == "sentence":  # sentences are embedded and counted by the pipeline
     embeddings = None
     pipeline = pipeline.replace(tokenizer=counter_of(pipeline, tokenizer))
   if embeddings is not None:
     check_dimensions(pipeline, embeddings, query_embedding, what=what, query_hint=query_hint)
-    embeddings = embeddings[keep]
     q_emb = None if query_embedding is None else query_embedding[None]
-  caps = {}
-  if max_per_group is not None:
-    caps = {"groups": [groups[i] for i in keep], "max_per_group": max_per_group}
-  result = pipeline.select(query, passages, budget=budget, k=k, min_gain=min_gain,
-                           embeddings=embeddings, query_embeddings=q_emb, granularity=granularity,
-                           **caps)
-  scores = np.zeros(len(result.indices)) if result.scores is None else result.scores
-  if granularity == "sentence":
-    picks = _parts(result, passages, keep, scores, budget, overhead)
-  else:
-    picks = [Pick(keep[int(i)], r, float(s), float(g))
-             for r, (i, s, g) in enumerate(zip(result.indices, scores, result.gains))]
+  result = pipeline.pick(query, list(texts), budget=budget, k=k, min_gain=min_gain,
+                         embeddings=embeddings, query_embeddings=q_emb, granularity=granularity,
+                         costs=[int(c) for c in costs], keep=keep,
+                         groups=groups if max_per_group is not None else None,
+                         max_per_group=max_per_group)
+  picks = _picks(result.picks, texts, budget, overhead)
   if order == "input":
     picks.sort(key=lambda p: (p.index, p.start or 0))
   return picks, result
 
 
-def _parts(result, passages: list, keep: list, scores, budget, overhead) -> list:
-  """The picks of a sentence-granularity `result`: each unit a whole candidate or a part of
-  it, the last dropped while the parts' `overhead` takes the total over `budget`."""
-  picks, spent = [], 0.0
-  for r, (u, s, g) in enumerate(zip(result.passages, scores, result.gains)):
-    whole = passages[u.doc]
-    i = keep[u.doc]
-    part = not (u.start == whole.start and u.end == whole.end)
-    spent += u.tokens + (float(overhead[i]) if part and overhead is not None else 0.0)
+def _picks(picks: list, texts: Sequence[str], budget, overhead) -> list:
+  """The adapter's `Pick`s of `jaxsel.Pick`s: a part of a candidate (granularity "sentence")
+  costs its `overhead` too (what the framework adds to what it sends), and the last picks are
+  dropped while the kept ones cost more than `budget`."""
+  out, spent = [], 0.0
+  for r, q in enumerate(picks):
+    part = q.end - q.start != len(texts[q.document])
+    spent += q.tokens + (float(overhead[q.document]) if part and overhead is not None else 0.0)
     if budget is not None and spent > budget:
       break
-    picks.append(Pick(i, r, float(s), float(g), *((u.text, u.start, u.end) if part else ())))
-  return picks
-
+    out.append(Pick(q.document, r, 0.0 if q.relevance is None else q.relevance, q.gain,
+                    *((q.text, q.start, q.end) if part else ())))
+  return out

@@ -359,33 +359,8 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
                        f"{', '.join(jaxsel.available_methods())}", "method")
   granularity = body.granularity or "passage"
   select = body.budget_tokens is not None or body.method is not None or granularity == "sentence"
-  blank = [not t.strip() for t in texts]
-  if select and all(blank):
-    raise RequestError("every document is empty or whitespace: nothing to select", "documents")
-  if body.pinned is not None:
-    for j, i in enumerate(body.pinned):
-      if not 0 <= i < n:
-        raise RequestError(f"`pinned[{j}]` = {i} is not a document index (0 to {n - 1})",
-                           f"pinned[{j}]")
-      if select and blank[i]:
-        raise RequestError(f"`pinned[{j}]` = {i} is an empty document: a selection never keeps "
-                           "one", f"pinned[{j}]")
-    if len(set(body.pinned)) != len(body.pinned):
-      raise RequestError("`pinned` names a document twice", "pinned")
-  # `max_per_group` alone: each document is its own group (`Pipeline.select`'s rule).
-  if body.groups is not None:
-    if len(body.groups) != n:
-      raise RequestError(f"`groups` must hold one label per document ({n}), got "
-                         f"{len(body.groups)}", "groups")
-    if body.max_per_group is None:
-      raise RequestError("`groups` needs `max_per_group` (most documents per label)", "groups")
-    if body.pinned:
-      counts = {}
-      for i in body.pinned:
-        counts[body.groups[i]] = counts.get(body.groups[i], 0) + 1
-        if counts[body.groups[i]] > body.max_per_group:
-          raise RequestError(f"`pinned` keeps more than max_per_group = {body.max_per_group} "
-                             f"documents of group {_cut(repr(body.groups[i]), 100)}", "pinned")
+  # `pinned`, `groups` and `max_per_group` are the library's to check (`Pipeline.pick_many`),
+  # as blank documents are: its errors come back in the request's field names (`_http_error`).
   embeddings = query_embedding = None
   if (body.embeddings is None) != (body.query_embedding is None):
     field = "query_embedding" if body.query_embedding is None else "embeddings"

@@ -6,13 +6,14 @@ Shape legend: B requests, N documents, D embedding dimension.
 
 A request without `budget_tokens` or `method` is ranked like a reranker: NaiveRAG without a
 budget over the cosine of the query and each document (shifted to [0, 1], the same order;
-`pinned` and group caps honoured), answered with the raw cosine. With them it is selected by
-its method. Either way the documents become `jaxsel.Passage`s costing their tokens in the
-pipeline's reader tokenizer, and requests that share a solve (method, budget, `top_n`,
-`max_per_group`, candidate bucket, embedding dimension) go through one
-`Pipeline.select_many` (client-sent embeddings included), whose solves run in one compiled
-program of `SOLVE_ROWS` rows whatever the batch size (`PipelineConfig.solve_rows`), so that
-every request, alone or in a batch, gets the same answer. The server's encoder embeds each request on its own, as `select` does.
+`pinned` and group caps honoured; blank documents ranked too), answered with the raw cosine.
+With them it is selected by its method. Either way the request goes to the library's front for
+applications, `Pipeline.pick_many` (each document one candidate costing its tokens in the
+pipeline's reader tokenizer; the constraints checked there; picks naming documents), and
+requests that share its settings (method, budget, `top_n`, `max_per_group`, granularity) go
+through one call, whose solves run in one compiled program of `SOLVE_ROWS` rows whatever the
+batch size (`PipelineConfig.solve_rows`), so that every request, alone or in a batch, gets the
+same answer. The server's encoder embeds each request on its own, as `select` does.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel._src import checks
-from jaxsel._src.pipeline.solve import bucket
 
 log = logging.getLogger("jaxsel.serve")
 
@@ -85,9 +84,7 @@ class Outcome:
 @dataclasses.dataclass
 class _Prepared:
   job: Job
-  passages: list  # [M] `jaxsel.Passage`s, each costing its tokens (`doc`: its document)
   query_tokens: int
-  keep: np.ndarray  # [M] the document of each passage: a selection leaves out blank documents
   costs: Sequence[int] = ()  # [N] every document's tokens
 
 
@@ -150,13 +147,11 @@ class Engine:
       return e
 
   def _key(self, p: "_Prepared") -> tuple:
-    """What requests must share to be solved together: the method and its settings, and the
-    shapes of the compiled solve (candidate bucket, embedding dimension, constraints)."""
+    """What requests must share to go through one `pick_many`: the method and its settings
+    (the library batches the solves of each shape itself)."""
     job = p.job
-    dim = None if job.embeddings is None else job.embeddings.shape[1]
     return (job.select, self._method(job), job.budget, job.top_n, job.max_per_group,
-            job.pinned is not None or job.max_per_group is not None, dim,
-            bucket(len(p.passages)), job.granularity)
+            job.granularity)
 
   def _method(self, job: Job) -> str:
     return (job.method or self.method) if job.select else RANKING
@@ -189,14 +184,7 @@ class Engine:
 
   @staticmethod
   def _prepared(job: Job, query_tokens: int, costs: Sequence[int]) -> _Prepared:
-    # An empty or whitespace-only document costs nothing and says nothing: a selection never
-    # picks it (`_job` refuses one pinned, and a request of only such documents); a ranking
-    # ranks every document, as a reranker does.
-    keep = [i for i, t in enumerate(job.texts) if t.strip() or not job.select]
-    passages = [jaxsel.Passage(job.texts[i], 0, len(job.texts[i]), doc=i, tokens=int(costs[i]))
-                for i in keep]
-    return _Prepared(job, passages, int(query_tokens), np.asarray(keep, np.int64),
-                     [int(c) for c in costs])
+    return _Prepared(job, int(query_tokens), [int(c) for c in costs])
 
   def _cosines(self, p: _Prepared) -> np.ndarray:
     """`[N]` cosine of the query and each document (the caller's embeddings, else the
@@ -209,51 +197,38 @@ class Engine:
     return np.asarray(jaxsel.cosine_similarity(np.reshape(q, (1, -1)), e, nonneg=None))[0]
 
   def _select_many(self, preps: Sequence[_Prepared]) -> list:
+    """The requests through `Pipeline.pick_many`. A selection never picks a blank document
+    (the library's rule); a ranking ranks every one, as a reranker does."""
     job = preps[0].job
     method = self._method(job)
-    preps = list(preps)
     jobs = [p.job for p in preps]
-    kwargs = {}
-    if job.embeddings is not None:
-      kwargs.update(embeddings=[j.embeddings[p.keep] for j, p in zip(jobs, preps)],
-                    query_embeddings=[j.query_embedding[None] for j in jobs])
-    if job.pinned is not None or job.max_per_group is not None:
-      # Documents as the library's candidates (the passages kept): positions in `keep`.
-      where = [{int(d): m for m, d in enumerate(p.keep)} for p in preps]
-      kwargs.update(pinned=[None if j.pinned is None else [w[i] for i in j.pinned]
-                            for j, w in zip(jobs, where)],
-                    groups=[None if j.groups is None else [j.groups[int(d)] for d in p.keep]
-                            for j, p in zip(jobs, preps)],
-                    max_per_group=job.max_per_group)
-    requests = [(None if method == "coverage" else j.query, p.passages)
-                for j, p in zip(jobs, preps)]
-    results = self.pipe(method).select_many(requests, budget=job.budget, k=job.top_n,
-                                            granularity=job.granularity, **kwargs)
+    results = self.pipe(method).pick_many(
+        [(None if method == "coverage" else j.query, j.texts) for j in jobs],
+        budget=job.budget, k=job.top_n, granularity=job.granularity,
+        max_per_group=job.max_per_group, pinned=[j.pinned for j in jobs],
+        groups=[j.groups for j in jobs], costs=[p.costs for p in preps],
+        keep=None if job.select else [[True] * len(j.texts) for j in jobs],
+        embeddings=[j.embeddings for j in jobs],
+        query_embeddings=[None if j.query_embedding is None else j.query_embedding[None]
+                          for j in jobs])
     return [self._outcome(p, r) for p, r in zip(preps, results)]
 
   def _outcome(self, p: _Prepared, res) -> Outcome:
     """The request's answer from its `SelectionResult`: each pick names its document (an
-    index into the request's `documents`) and carries that document's relevance."""
+    index into the request's `documents`, `res.picks`) and carries its relevance."""
+    picks, texts = res.picks, p.job.texts
     if not p.job.select:  # a ranking: NaiveRAG's order, the cosine as any reranker gives it
       rel = self._cosines(p)
-      return Outcome([Pick(int(d), float(rel[int(d)])) for d in p.keep[res.indices]],
-                     self._total(p))
+      return Outcome([Pick(q.document, float(rel[q.document])) for q in picks], self._total(p))
     # Text selection (coverage) saw no query: each document's cosine, as ranked.
-    cosines = self._cosines(p) if res.candidate_scores is None else None
-    if res.granularity == "sentence":  # each pick a document or a part of it (`u.doc`)
-      texts = p.job.texts
-      picks = [Pick(u.doc, float(cosines[u.doc] if cosines is not None else s), int(u.tokens),
-                    float(g), *(() if u.end - u.start == len(texts[u.doc]) else (u.start, u.end)))
-               for u, s, g in zip(res.passages,
-                                  res.gains if res.scores is None else res.scores, res.gains)]
-    else:  # the candidates are the documents kept (`p.keep`)
-      rel = (cosines[p.keep] if cosines is not None
-             else np.asarray(res.candidate_scores, np.float32).max(axis=0))
-      picks = [Pick(int(p.keep[int(i)]), float(rel[int(i)]), int(p.passages[int(i)].tokens),
-                    float(g)) for i, g in zip(res.indices, res.gains)]
+    cosines = self._cosines(p) if res.scores is None else None
+    out = [Pick(q.document, float(q.relevance if cosines is None else cosines[q.document]),
+                q.tokens, q.gain,
+                *(() if q.end - q.start == len(texts[q.document]) else (q.start, q.end)))
+           for q in picks]
     selection = {"cost_tokens": int(res.cost), "budget_tokens": p.job.budget,
                  "method": res.method, "certified": res.certified}
-    return Outcome(picks, self._total(p), selection)
+    return Outcome(out, self._total(p), selection)
 
   @staticmethod
   def _total(p: _Prepared) -> int:
@@ -267,7 +242,9 @@ class Engine:
     these programs). Raises what a warm-up request raised: a server that cannot answer it
     should not start."""
     for n in documents:
-      n = checks.integer(n, "documents")
+      if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"`documents` must hold whole numbers >= 1 (documents a warm-up "
+                         f"request holds), got {n!r}.")
       texts = tuple(f"Warm-up document number {i}." for i in range(n))
       budget = int(self.pipeline.tokenizer.count(texts).max()) * 2
       for out in self.run([Job("warm up", texts), Job("warm up", texts, select=True,

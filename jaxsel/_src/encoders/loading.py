@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 from safetensors import safe_open
 
-from jaxsel._src.defaults import DEFAULT_ENCODER, default_encoder_path
+from jaxsel.defaults import DEFAULT_ENCODER, default_encoder_path
 
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model*.safetensors", "1_Pooling/*",
                  "sentencepiece*", "tokenizer*"]

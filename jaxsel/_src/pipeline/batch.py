@@ -83,7 +83,8 @@ def solve(cfg: PipelineConfig, requests: Sequence[Prepared], *, min_gain) -> lis
   for i, r in enumerate(requests):
     groups[(solve_lib.bucket(len(r.candidates.passages)), solve_lib.query_bucket(len(r.queries)),
             r.scorer, r.iterations, bool(np.isfinite(r.budget)), r.constraints is not None,
-            r.widening > 0, r.searched is not None, r.sentences, _solve_k(cfg, r))].append(i)
+            r.widening > 0, r.searched is not None, r.sentences, _solve_k(cfg, r),
+            r.candidates.embeddings.shape[1])].append(i)
   outs = [None] * len(requests)
   for (n_pad, q_pad, *_), rows in groups.items():
     # The picks are cut to each request's own k afterwards.

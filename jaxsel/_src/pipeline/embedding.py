@@ -108,3 +108,22 @@ class Embedder:
 
     return self.cache.get(("late chunks", self._prompt("passage"), tuple(documents), spans),
                           compute, size=self.cache_size)
+
+
+def check_late_chunking(encoder, config, prompt_name: Optional[str]) -> None:
+  """Whether `encoder` can pool `config`'s candidates from their documents' tokens (late
+  chunking): it has `encode_chunks`, and every passage fits one of its windows (words always
+  do). `prompt_name`: the passage prompt's, which takes room in each window."""
+  if not callable(getattr(encoder, "encode_chunks", None)):
+    raise TypeError("late chunking (`late_chunking=True` or `unit='word'`) needs an encoder with "
+                    "`encode_chunks(text, spans, ...)`, e.g. `jaxsel.load_encoder(...)`.")
+  max_tokens, capacity_of = config.max_tokens, getattr(encoder, "chunk_capacity", None)
+  if max_tokens is None or config.unit == "word" or not callable(capacity_of):
+    return
+  capacity = capacity_of(prompt_name=prompt_name)
+  if max_tokens > capacity:
+    raise ValueError(
+        f"`max_tokens` {max_tokens} is longer than late chunking can embed: the encoder reads "
+        f"{capacity} text tokens per window (its {getattr(encoder, 'max_length', '?')} "
+        "positions less special and prompt tokens), and a passage must fit in one window. Use "
+        f"max_tokens <= {capacity}, or late_chunking=False.")

@@ -28,6 +28,7 @@ from typing import Optional
 import numpy as np
 
 from jaxsel._src import checks
+from jaxsel._src import text as text_lib
 from jaxsel._src.generation import prompt_tokens
 from jaxsel._src.pipeline.result import fill_template, join_context
 from jaxsel._src.tokens import TokenCounter
@@ -47,6 +48,37 @@ def candidate_costs(counter: TokenCounter, texts, *, unit: str) -> np.ndarray:
   if unit == "word":
     return counter.count([" " + t for t in texts]).astype(np.float32)
   return counter.count([piece(max(len(texts), 1), t) for t in texts]).astype(np.float32)
+
+
+def split_to_fit(documents, counter: TokenCounter, *, unit: str, max_tokens: Optional[int],
+                 sources=None, budget=None) -> list:
+  """`Pipeline.split`: `documents` split into `Passage`s (`text.split_documents`), counted by
+  `counter`; with a `budget`, short enough that each fits it alone as sent (see there)."""
+  max_tokens = text_lib.default_max_tokens(unit, max_tokens)
+  budget = checks.token_budget(budget, none="no budget")
+  if budget is None or unit == "word":
+    return text_lib.split_documents(documents, unit=unit, max_tokens=max_tokens,
+                                    tokenizer=counter, sources=sources)
+  # What a passage's number and separator cost as sent, at the widest number it may get.
+  numbering = counter.count_one(piece(99_999, "x")) - counter.count_one("x")
+  fit = int(budget) - max(numbering, 0)
+  passages = []
+  for _ in range(4):  # a tokenizer that merges across the numbering costs a little more
+    if fit < 1:
+      raise ValueError(f"`budget` {budget:g} leaves no room for a passage: each costs "
+                       f"{numbering} tokens of numbering and separator as sent "
+                       f"({piece(1, '')!r}); raise the budget.")
+    limit = fit if max_tokens is None else min(max_tokens, fit)
+    passages = text_lib.split_documents(documents, unit=unit, max_tokens=limit,
+                                        tokenizer=counter, sources=sources)
+    if not passages:
+      return passages
+    sent = candidate_costs(counter, [p.text for p in passages], unit=unit)
+    over = int(sent.max()) - int(budget)
+    if over <= 0 or limit < fit:  # fits, or the configured max_tokens decides
+      return passages
+    fit -= over
+  return passages
 
 
 def keep(result, m: int):

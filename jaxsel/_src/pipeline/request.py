@@ -116,7 +116,7 @@ def _checked(pipe, r: Request) -> tuple:
     cands = _named(r.where, "embeddings", cands_lib.from_embeddings, source, r.embeddings,
                    counter)
   elif index:
-    cands = cands_lib.from_index(source, r.queries, pipe._embedder, counter,
+    cands = cands_lib.from_index(source, r.queries, pipe.embedder, counter,
                                  candidates=cfg.candidates, expand=expand)
   else:
     split = lambda docs: pipe.split(docs, sources=r.sources, budget=r.budget)  # noqa: E731
@@ -138,11 +138,11 @@ def _checked(pipe, r: Request) -> tuple:
 
 def _embedded(pipe, r: Request, cands: cands_lib.Candidates) -> tuple:
   """(`cands` with embeddings, the `[Q, D]` query embeddings or None)."""
-  cands = cands_lib.embedded(cands, pipe._embedder, late_chunking=pipe.late_chunking)
+  cands = cands_lib.embedded(cands, pipe.embedder, late_chunking=pipe.late_chunking)
   q = None
   if r.queries or r.query_embeddings is not None:
     q = _named(r.where, "query_embeddings", cands_lib.query_embeddings, r.queries,
-               r.query_embeddings, cands.embeddings.shape[1], pipe._embedder)
+               r.query_embeddings, cands.embeddings.shape[1], pipe.embedder)
   return cands, q
 
 
@@ -181,6 +181,7 @@ def text_signals(pipe, queries: list, passages: list):
   or `select_many`) reads them back."""
   texts, docs, titles = (tuple(p.text for p in passages), tuple(p.doc for p in passages),
                          tuple(p.title for p in passages))
-  return pipe._cache.get(("text signals", tuple(queries), texts, docs, titles),
-                         lambda: methods.text_signals(texts, docs, titles, queries),
-                         size=pipe.config.cache_size)
+  embedder = pipe.embedder
+  return embedder.cache.get(("text signals", tuple(queries), texts, docs, titles),
+                            lambda: methods.text_signals(texts, docs, titles, queries),
+                            size=embedder.cache_size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -44,6 +44,17 @@ def fill_template(template: str, queries, context: str) -> str:
 
 # The orders a context can be sent in (`SelectionResult.ordered`).
 ORDERS = ("selection", "pick", "document", "relevance", "edges")
+
+
+class Pick(NamedTuple):
+  """One pick, named by its document: `SelectionResult.picks`."""
+  document: int  # the document's index (`Passage.doc`: in the documents given)
+  start: int  # the characters sent are `documents[document][start:end]`
+  end: int
+  text: str  # those characters
+  tokens: int  # what the pick costs
+  relevance: Optional[float]  # to the queries (max over them); None for text selection
+  gain: float  # its marginal gain under the method's objective when it was picked
 
 
 @dataclasses.dataclass
@@ -106,6 +117,14 @@ class SelectionResult:
 
   def __len__(self) -> int:
     return len(self.passages)
+
+  @property
+  def picks(self) -> list:
+    """`[K]` `Pick`s in pick order: each names its document and the span of it that is sent
+    (a part of it at granularity "sentence", or where the pipeline split the document)."""
+    return [Pick(int(p.doc), int(p.start), int(p.end), p.text, int(p.tokens),
+                 None if self.scores is None else float(self.scores[t]), float(g))
+            for t, (p, g) in enumerate(zip(self.passages, self.gains))]
 
   def ordered(self, order: str = "selection", *, previous=None) -> list:
     """The picked passages in `order` (see `ORDERS`):

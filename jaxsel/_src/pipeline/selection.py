@@ -1,21 +1,11 @@
-"""From documents and queries to an ordered, budgeted context: `Pipeline.select`, `select_many`
-and `answer`.
+"""`Pipeline`: from documents and queries to an ordered, budgeted context (`select`,
+`select_many`), the documents' picks for an application (`pick`, `pick_many`) and an answer.
 
-Shape legend: B requests, Q queries, N candidate passages, K picks, D embedding dimension.
-
-`Pipeline.select` is a thin, inspectable composition of library functions:
-
-1. candidates (`candidates`): `jaxsel.split_documents` cuts the documents into sentences or
-   passages with spans and token costs, or a `VectorIndex` retrieves them for the queries;
-2. the encoder embeds queries and passages (`embedding`: asymmetric query/passage prompts for
-   relevance, a symmetric one for similarity, one cache);
-3. one compiled function (`solve`) scores them by the registry's rule, builds the method's
-   objective or scorer by name (`jaxsel._src.methods`) and runs greedy, the CORAG search or a
-   baseline within the token budget;
-4. `SelectionResult` holds the picks with their scores, gains, cost and saturation curve.
-
-`select_many` runs many independent requests in one call: one encoder pass over all texts and
-a `jax.vmap`-ed solve over the padded requests, for every method.
+The Pipeline is a facade over the stage modules; each request goes through the same ones:
+`request` (a request as a value: candidates from `candidates` and `granularity`, checks and
+constraints, embeddings from `embedding`, the search's settings and `width`), `batch` (the
+compiled `solve`, many requests at a time, and the `SelectionResult`), `reader` (costs as
+sent, the prompt) and `front` (documents in, picks naming them out).
 """
 
 from __future__ import annotations
@@ -28,18 +18,18 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jaxsel._src import checks, methods
-from jaxsel._src import text as text_lib
 from jaxsel._src.base import Configurator, Encoder, Generator
 from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, default_generator, generator_counter
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.methods import default_method
 from jaxsel._src.pipeline import batch as batch_lib
 from jaxsel._src.pipeline import candidates as cands_lib
+from jaxsel._src.pipeline import front
 from jaxsel._src.pipeline import granularity as granularity_lib
 from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import request as request_lib
 from jaxsel._src.pipeline.config import PipelineConfig
-from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache
+from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache, check_late_chunking
 from jaxsel._src.pipeline.request import Request
 from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, ORDERS, Answer, SelectionResult
 from jaxsel._src.checks import check_texts
@@ -57,6 +47,23 @@ def available_methods() -> tuple:
 def available_scorers() -> tuple:
   """The CORAG scorers of the registry, by name (`Pipeline(corag_scorer=...)`)."""
   return tuple(methods.SCORERS)
+
+
+def _per_request(requests, **lists) -> dict:
+  """`select_many`'s and `pick_many`'s arguments of one entry per request, checked: the
+  requests as `(queries, documents)` pairs, each of `lists` as a list (None: None for each)."""
+  requests = list(requests)
+  if not requests:
+    raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
+  for r, req in enumerate(requests):
+    if not isinstance(req, (tuple, list)) or len(req) != 2:
+      raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
+  out = {}
+  for name, per in lists.items():
+    if per is not None and (isinstance(per, (str, bytes)) or len(per) != len(requests)):
+      raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
+    out[name] = [None] * len(requests) if per is None else list(per)
+  return {"requests": requests, **out}
 
 
 class Pipeline:
@@ -154,22 +161,8 @@ class Pipeline:
     return token_counter(self.encoder.tokenizer)
 
   def _check_late_chunking(self) -> None:
-    if not self.late_chunking:
-      return
-    if not callable(getattr(self.encoder, "encode_chunks", None)):
-      raise TypeError("late chunking (`late_chunking=True` or `unit='word'`) needs an encoder with "
-                      "`encode_chunks(text, spans, ...)`, e.g. `jaxsel.load_encoder(...)`.")
-    # Every passage must fit in one window of the encoder (words are never that long).
-    max_tokens, capacity_of = self.config.max_tokens, getattr(self.encoder, "chunk_capacity", None)
-    if max_tokens is None or self.config.unit == "word" or not callable(capacity_of):
-      return
-    capacity = capacity_of(prompt_name=self._embedder.prompt_name("passage"))
-    if max_tokens > capacity:
-      raise ValueError(
-          f"`max_tokens` {max_tokens} is longer than late chunking can embed: the encoder reads "
-          f"{capacity} text tokens per window (its {getattr(self.encoder, 'max_length', '?')} "
-          "positions less special and prompt tokens), and a passage must fit in one window. Use "
-          f"max_tokens <= {capacity}, or late_chunking=False.")
+    if self.late_chunking:
+      check_late_chunking(self.encoder, self.config, self.embedder.prompt_name("passage"))
 
   def replace(self, **changes) -> "Pipeline":
     """A copy with some settings changed (e.g. `method=`), sharing the encoder, the index
@@ -190,7 +183,8 @@ class Pipeline:
 
   # -- embedding and candidates ----------------------------------------------------------------
   @property
-  def _embedder(self) -> Embedder:
+  def embedder(self) -> Embedder:
+    """The encoder with its prompt per role and this pipeline's embedding cache (`embed`)."""
     cfg = self.config
     return Embedder(self.encoder, self._cache, batch_size=cfg.batch_size, progress=cfg.progress,
                     cache_size=cfg.cache_size)
@@ -199,7 +193,7 @@ class Pipeline:
     """Normalised embeddings `[N, D]` of `texts` with the encoder's prompt for `role`
     (``"query"``, ``"passage"`` or ``"symmetric"``); equal to
     `encoder.encode(texts, prompt_name=role)` where the encoder has that prompt."""
-    return self._embedder.embed(texts, role)
+    return self.embedder.embed(texts, role)
 
   def split(self, documents, *, sources=None, budget=None) -> list:
     """Splits documents into candidate `Passage`s with this pipeline's unit and tokenizer.
@@ -209,31 +203,8 @@ class Pipeline:
     passage's number and separator), so a budget below the configured `max_tokens` still
     selects; only a budget below one token of text plus that numbering is refused."""
     cfg = self.config
-    max_tokens = text_lib.default_max_tokens(cfg.unit, cfg.max_tokens)
-    budget = checks.token_budget(budget, none="no budget")
-    if budget is None or cfg.unit == "word":
-      return text_lib.split_documents(documents, unit=cfg.unit, max_tokens=max_tokens,
-                                      tokenizer=self.tokenizer, sources=sources)
-    counter = self.tokenizer
-    # What a passage's number and separator cost as sent, at the widest number it may get.
-    numbering = counter.count_one(reader_lib.piece(99_999, "x")) - counter.count_one("x")
-    fit = int(budget) - max(numbering, 0)
-    for _ in range(4):  # a tokenizer that merges across the numbering costs a little more
-      if fit < 1:
-        raise ValueError(f"`budget` {budget:g} leaves no room for a passage: each costs "
-                         f"{numbering} tokens of numbering and separator as sent "
-                         f"({reader_lib.piece(1, '')!r}); raise the budget.")
-      limit = fit if max_tokens is None else min(max_tokens, fit)
-      passages = text_lib.split_documents(documents, unit=cfg.unit, max_tokens=limit,
-                                          tokenizer=counter, sources=sources)
-      if not passages:
-        return passages
-      sent = reader_lib.candidate_costs(counter, [p.text for p in passages], unit=cfg.unit)
-      over = int(sent.max()) - int(budget)
-      if over <= 0 or limit < fit:  # fits, or the configured max_tokens decides
-        return passages
-      fit -= over
-    return passages
+    return reader_lib.split_to_fit(documents, self.tokenizer, unit=cfg.unit,
+                                   max_tokens=cfg.max_tokens, sources=sources, budget=budget)
 
   def build_index(self, documents, *, sources=None, index: Optional[VectorIndex] = None,
                   info: Optional[dict] = None) -> VectorIndex:
@@ -243,7 +214,7 @@ class Pipeline:
     if not passages:
       raise ValueError("`documents` contain no text to index.")
     if self.late_chunking:
-      emb = self._embedder.late_chunks(check_texts(documents, "documents"), passages)
+      emb = self.embedder.late_chunks(check_texts(documents, "documents"), passages)
     else:
       emb = self.embed([p.text for p in passages], "passage")
     if index is None:
@@ -298,7 +269,7 @@ class Pipeline:
     queries = cands_lib.as_queries(queries)
     request = Request(queries, documents_or_index, budget, k, granularity, pinned, groups,
                       max_per_group, embeddings, query_embeddings, sources)
-    return self.resolved(queries)._run([request], min_gain)[0]
+    return self._select([request], min_gain)[0]
 
   def select_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
                   min_gain: Optional[float] = None, pinned: Optional[Sequence] = None,
@@ -320,32 +291,64 @@ class Pipeline:
     `query_embeddings` (`[Q, D]`) is embedded by nobody; its solve is batched with the others.
     `granularity` applies to every request, as in `select`.
     """
-    requests = list(requests)
-    per_request = {"pinned": pinned, "groups": groups, "embeddings": embeddings,
-                   "query_embeddings": query_embeddings}
-    for name, per in per_request.items():
-      if per is not None and (isinstance(per, (str, bytes)) or len(per) != len(requests)):
-        raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
-      per_request[name] = [None] * len(requests) if per is None else list(per)
-    pinned, groups, embeddings, query_embeddings = per_request.values()
+    per = _per_request(requests, pinned=pinned, groups=groups, embeddings=embeddings,
+                       query_embeddings=query_embeddings)
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
-                                      embeddings=any(e is not None for e in embeddings))
-    if not requests:
-      raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
-    values = []
-    for r, req in enumerate(requests):
-      if not isinstance(req, (tuple, list)) or len(req) != 2:
-        raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
-      values.append(Request(cands_lib.as_queries(req[0]), req[1], budget, k, granularity,
-                            pinned[r], groups[r], max_per_group, embeddings[r],
-                            query_embeddings[r], where=r))
-    by_method = collections.defaultdict(list)  # the default method is chosen per request
-    for r, value in enumerate(values):
+                                      embeddings=any(e is not None for e in per["embeddings"]))
+    requests = per.pop("requests")
+    values = [Request(cands_lib.as_queries(q), docs, budget, k, granularity, where=r,
+                      max_per_group=max_per_group, **{n: v[r] for n, v in per.items()})
+              for r, (q, docs) in enumerate(requests)]
+    return self._select(values, min_gain)
+
+  def pick(self, queries, documents, *, budget=None, k: Optional[int] = None,
+           min_gain: Optional[float] = None, granularity: str = "passage", pinned=None,
+           groups=None, max_per_group: Optional[int] = None, embeddings=None,
+           query_embeddings=None, costs=None, keep=None) -> SelectionResult:
+    """Selects among an application's `documents` as they are: what `jaxsel serve` and the
+    framework adapters call. Each document (a str, or a record with a ``"text"`` and an optional
+    ``"title"``) is one candidate costing `costs[i]` tokens (default: its text in `tokenizer`);
+    a blank one is never picked (`keep`: `[N]` bools, which may be). `pinned`, `groups`,
+    `costs`, `keep` and `embeddings` hold one entry per document; the rest is as in `select`.
+    The result's `picks` name the documents: `Pick(document, start, end, text, tokens,
+    relevance, gain)`, a part of a document at granularity ``"sentence"``."""
+    granularity_lib.check_granularity(granularity, unit=self.config.unit,
+                                      embeddings=embeddings is not None)
+    value = front.request(self.tokenizer, cands_lib.as_queries(queries), documents,
+                          budget=budget, k=k, granularity=granularity, pinned=pinned,
+                          groups=groups, max_per_group=max_per_group, embeddings=embeddings,
+                          query_embeddings=query_embeddings, costs=costs, keep=keep)
+    return self._select([value], min_gain)[0]
+
+  check_pick = staticmethod(front.check_settings)
+
+  def pick_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
+                min_gain: Optional[float] = None, granularity: str = "passage", pinned=None,
+                groups=None, max_per_group: Optional[int] = None, embeddings=None,
+                query_embeddings=None, costs=None, keep=None) -> list:
+    """`pick` of many `(queries, documents)` requests in one batched call, as `select_many`:
+    `pinned`, `groups`, `embeddings`, `query_embeddings`, `costs` and `keep` hold one entry
+    per request, each as `pick` takes it (or None)."""
+    per = _per_request(requests, pinned=pinned, groups=groups, embeddings=embeddings,
+                       query_embeddings=query_embeddings, costs=costs, keep=keep)
+    granularity_lib.check_granularity(granularity, unit=self.config.unit,
+                                      embeddings=any(e is not None for e in per["embeddings"]))
+    requests = per.pop("requests")
+    values = [front.request(self.tokenizer, cands_lib.as_queries(q), docs, where=r,
+                            budget=budget, k=k, granularity=granularity,
+                            max_per_group=max_per_group, **{n: v[r] for n, v in per.items()})
+              for r, (q, docs) in enumerate(requests)]
+    return self._select(values, min_gain)
+
+  def _select(self, requests: Sequence[Request], min_gain) -> list:
+    """The `SelectionResult` of each request; the default method is chosen per request."""
+    by_method = collections.defaultdict(list)
+    for r, value in enumerate(requests):
       by_method[self.method_for(value.queries)].append(r)
-    results = [None] * len(values)
+    results = [None] * len(requests)
     for method, rows in by_method.items():
       pipe = self if method == self.config.method else self.replace(method=method)
-      for r, out in zip(rows, pipe._run([values[r] for r in rows], min_gain)):
+      for r, out in zip(rows, pipe._run([requests[r] for r in rows], min_gain)):
         results[r] = out
     return results
 

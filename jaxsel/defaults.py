@@ -1,4 +1,4 @@
-"""The offline default models and settings, in the standard library only: the `jaxsel`
+"""The offline default models and settings (public, in the standard library only): the `jaxsel`
 command reads them while it checks its command line, before it loads JAX, Flax or
 transformers (seconds).
 
