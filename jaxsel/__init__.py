@@ -50,8 +50,8 @@ _PUBLIC = {
     "jaxsel._src.text": ("Passage", "split_documents", "split_text", "token_costs"),
     "jaxsel._src.index": ("SearchHits", "VectorIndex"),
     "jaxsel._src.pipeline.config": ("PipelineConfig",),
-    "jaxsel._src.pipeline.selection": ("Pipeline", "available_methods", "available_scorers",
-                                       "default_method"),
+    "jaxsel._src.pipeline.selection": ("Pipeline",),
+    "jaxsel._src.methods": ("available_methods", "available_scorers", "default_method"),
     "jaxsel._src.pipeline.result": ("Answer", "Pick", "SelectionResult"),
     # the answer step
     "jaxsel._src.generation": ("EndpointError", "OpenAIGenerator", "TransformersGenerator",

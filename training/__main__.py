@@ -24,8 +24,6 @@ import importlib
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 COMMANDS = {
     "defaults": "defaults_eval",
     "evaluate": "evaluate",

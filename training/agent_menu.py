@@ -35,7 +35,6 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
 from training import agent_eval, context_eval, granularity_eval as ge, hop_features  # noqa: E402

@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import jaxsel  # noqa: E402

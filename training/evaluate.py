@@ -26,8 +26,8 @@ picks per set and method; a rerun with everything cached takes a few minutes):
 Writes a JSON report (`--out`) and, with `--readme`, the `## Evaluation` section of that
 markdown file.
 
-    python training/evaluate.py --readme out/evaluation.md
-    python training/evaluate.py --parts tables --sets hotpot_test --limit 12    # a slice
+    python -m training evaluate --readme out/evaluation.md
+    python -m training evaluate --parts tables --sets hotpot_test --limit 12    # a slice
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import jax
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
 from training.files import atomic_write, file_sha256  # noqa: E402
@@ -490,7 +489,7 @@ def main(argv=None, *, encoder=None) -> int:
   report["seconds"] = time.time() - t0
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   atomic_write(args.out, json.dumps(report, indent=1, default=str).encode("utf-8"))
-  cmd = "python training/evaluate.py " + " ".join(argv if argv is not None else sys.argv[1:])
+  cmd = "python -m training evaluate " + " ".join(argv if argv is not None else sys.argv[1:])
   section = markdown(report, cmd.strip())
   print(section)
   if args.readme:

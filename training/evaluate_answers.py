@@ -7,7 +7,7 @@ F1 (HotpotQA's normalisation), ROUGE-1/2/L, with paired bootstrap 95% CIs of COR
 also the selections' gold-paragraph recall. Answers are cached (`--cache`), so a stopped run
 resumes and a rerun generates nothing new. The logic lives in `training/answers.py`.
 
-    python training/evaluate_answers.py --torch-threads 1 --readme out/answers.md
+    python -m training answers --torch-threads 1 --readme out/answers.md
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
 from training.files import atomic_write  # noqa: E402
@@ -157,7 +156,7 @@ def main(argv=None, *, encoder=None, generator=None) -> int:
   print(table)
   if args.readme:
     given = argv if argv is not None else sys.argv[1:]
-    command = " ".join(["python training/evaluate_answers.py", *given])
+    command = " ".join(["python -m training answers", *given])
     answers.write_section(args.readme, args.section, section_body(report, table, command))
   return 0
 

@@ -13,7 +13,7 @@ come from a model trained without that dataset (`--weights SET=path.safetensors`
 be a JSONL file's path (`qa_sets.is_file`): a set kept outside the project, in the HotpotQA,
 2Wiki, MuSiQue or IRCoT format; the shipped weights never saw it.
 
-    python training/forms_eval.py --sets hotpot_test,musique,2wiki \\
+    python -m training forms --sets hotpot_test,musique,2wiki \\
         --weights musique=out/hops/no_musique.safetensors,2wiki=out/hops/no_2wiki.safetensors
 """
 
@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
 from training.files import atomic_savez, atomic_write, file_sha256  # noqa: E402

@@ -47,7 +47,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
 from jaxsel.contrib import hop_scorer as hops  # noqa: E402

@@ -11,7 +11,7 @@ the Pipeline's query `[D]` and passage `[N, D]` embeddings and the bridge text s
 Embeddings are computed through a `CachedEncoder` (one `.npz` per set and form under
 `--cache`, shared with `training/forms_eval.py`'s Pipeline runs), so later runs read them:
 
-    python training/hop_features.py --sets hotpot_test,hotpot_dev_train,musique,2wiki
+    python -m training features --sets hotpot_test,hotpot_dev_train,musique,2wiki
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
 from jaxsel.contrib import registry as methods  # noqa: E402

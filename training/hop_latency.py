@@ -2,7 +2,7 @@
 
 Questions with 20 paragraphs (MuSiQue), untitled, budget 256, each scorer compiled once first:
 
-    python training/hop_latency.py --scorers bridge,learned_hops --n 20
+    python -m training latency --scorers bridge,learned_hops --n 20
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 import jaxsel  # noqa: E402
 from training import hop_features  # noqa: E402

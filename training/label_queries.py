@@ -10,9 +10,9 @@ per question, with `keep` marking those whose best scorer beats the second best 
 Resumable: questions already in the output are skipped; every chunk of questions is written
 atomically (temp file + rename), so an interrupted run loses at most one chunk.
 
-    python training/label_queries.py --out out/labels/labels.jsonl            # 300 train questions
-    python training/label_queries.py --limit 8 --iterations 5 --out /tmp/l.jsonl   # smoke test
-    python training/label_queries.py --label-by answers --out out/labels_answers/labels.jsonl
+    python -m training label --out out/labels/labels.jsonl            # 300 train questions
+    python -m training label --limit 8 --iterations 5 --out /tmp/l.jsonl   # smoke test
+    python -m training label --label-by answers --out out/labels_answers/labels.jsonl
                                      # the paper's protocol: quality = F1 + ROUGE-L of the offline
                                      # SmolLM2's answer from each distinct selection (--generator)
 """
@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
 from training.files import atomic_savez  # noqa: E402

@@ -16,7 +16,7 @@ it supports the answer (HotpotQA and 2Wiki: its title is in `supporting_facts`, 
 A set may also be a path to a JSONL file in any format `qa.load_qa_jsonl` reads (HotpotQA /
 2WikiMultihopQA with `context` and `supporting_facts`, MuSiQue, IRCoT, or `question` +
 `passages`): a set kept outside the project runs through the same evaluation commands
-(`python training/forms_eval.py --sets /data/other.jsonl`, `python -m training granularity
+(`python -m training forms --sets /data/other.jsonl`, `python -m training granularity
 --sets ...`); its label is the file name, its caches are named after the file and its path.
 
 `GROUPS` are the three datasets of the cross-dataset runs (a configuration is chosen on two

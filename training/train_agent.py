@@ -6,8 +6,8 @@ best scorer clearly wins (`keep`, unless `--all`), splits them into train/valida
 orbax checkpoint every epoch, and writes the final metrics as JSON and the agent as a folder
 that `jaxsel.load_agent` loads.
 
-    python training/train_agent.py --labels out/labels/labels.jsonl --out out/agent
-    python training/train_agent.py ... --resume     # continue from the last checkpoint
+    python -m training train-agent --labels out/labels/labels.jsonl --out out/agent
+    python -m training train-agent ... --resume     # continue from the last checkpoint
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # `training` is a folder of the repository, not an installed package
 
 import jaxsel  # noqa: E402
 from training.files import atomic_write  # noqa: E402

@@ -13,7 +13,7 @@ Checkpoints (orbax) every `--save-every` steps hold the weights, the optimiser s
 step; a rerun with the same folder resumes from the latest and ends bit-identical to an
 uninterrupted run (the batch order depends only on the seed and the epoch).
 
-    python training/train_hops.py --sets hotpot_dev_train,hotpot_train,musique,2wiki \\
+    python -m training train-hops --sets hotpot_dev_train,hotpot_train,musique,2wiki \\
         --out jaxsel/data/hop_scorer.safetensors --ckpt out/hops/ckpt_all
 
 Never train on `hotpot_test` (refused).
@@ -36,7 +36,6 @@ import optax
 import orbax.checkpoint as ocp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from jaxsel.contrib import hop_scorer as hops  # noqa: E402
 from jaxsel.contrib import registry as methods  # noqa: E402

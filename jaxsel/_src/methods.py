@@ -307,3 +307,13 @@ def default_method(has_query: bool) -> str:
 
 def check_method(method: str) -> str:
   return checks.choice(method, "method", METHODS)
+
+
+def available_methods() -> tuple:
+  """The selection methods, by name (`Pipeline(method=...)`)."""
+  return METHODS
+
+
+def available_scorers() -> tuple:
+  """The CORAG scorers of the registry, by name (`Pipeline(corag_scorer=...)`)."""
+  return tuple(SCORERS)

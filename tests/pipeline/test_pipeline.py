@@ -24,7 +24,7 @@ from jaxsel._src import text
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.pipeline import reader
 from jaxsel.testing import tiny_bert_config, tiny_encoder
-from jaxsel._src.pipeline.selection import Pipeline, SelectionResult, available_methods
+from jaxsel import Pipeline, SelectionResult, available_methods
 
 DATA = Path(__file__).resolve().parents[2] / "jaxsel" / "data"
 DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")

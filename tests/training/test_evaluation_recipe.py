@@ -67,7 +67,7 @@ def test_recipe_on_a_slice_default_beats_naive(tmp_path):
     assert r["default"]["strict"] <= r["default"]["joint"]
   text = readme.read_text()
   assert text.count("## Evaluation") == 1 and "OLD SECTION" not in text and "## Other\n\nkept" in text
-  assert "**CORAG default (bridge + top-up)**" in text and "python training/evaluate.py --parts" in text
+  assert "**CORAG default (bridge + top-up)**" in text and "python -m training evaluate --parts" in text
   first = enc.texts
   assert first > 12
   # A rerun embeds nothing and selects nothing: the same report from the cache.

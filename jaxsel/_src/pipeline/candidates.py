@@ -284,3 +284,22 @@ def constraints(cands: Candidates, pinned, groups, max_per_group, *, budget: flo
       raise ValueError(f"`{name}pinned` alone breaks `max_per_group`={cap}: {full} pinned passages "
                        "share a group.")
   return pin, cap_groups, UNCAPPED if cap is None else cap
+
+
+def build_index(pipe, documents, *, sources, index: Optional[VectorIndex],
+                info: Optional[dict]) -> VectorIndex:
+  """`Pipeline.build_index`: `documents` split and embedded by `pipe` into `index`."""
+  passages = pipe.split(documents, sources=sources)
+  if not passages:
+    raise ValueError("`documents` contain no text to index.")
+  if pipe.late_chunking:
+    emb = pipe.embedder.late_chunks(checks.check_texts(documents, "documents"), passages)
+  else:
+    emb = pipe.embed([p.text for p in passages], "passage")
+  cfg = pipe.config
+  if index is None:
+    index = VectorIndex(emb.shape[1], info={"unit": cfg.unit, "max_tokens": cfg.max_tokens,
+                                            **(info or {})})
+  meta = [{k: v for k, v in p.to_dict().items() if k != "text"} for p in passages]
+  index.add(emb, texts=[p.text for p in passages], metadata=meta)
+  return index

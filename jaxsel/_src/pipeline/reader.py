@@ -23,16 +23,19 @@ is counted when the context is, and trimmed the same way.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Optional
 
 import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src import text as text_lib
-from jaxsel._src.generation import prompt_tokens
-from jaxsel._src.pipeline.result import fill_template, join_context
+from jaxsel._src.generation import default_generator, prompt_tokens
+from jaxsel._src.pipeline.result import (DEFAULT_TEMPLATE, ORDERS, Answer, fill_template,
+                                         join_context)
 from jaxsel._src.tokens import TokenCounter
 
+DEFAULT_ANSWER_BUDGET = 256  # `Pipeline.answer`'s budget without a window
 SEPARATOR = "\n\n"  # between passages, as `result.join_context` writes it
 
 
@@ -138,3 +141,36 @@ def fit_prompt(selection, generator, counter: TokenCounter, *, template: str, or
     selection = dataclasses.replace(selection, cost=sent_cost(selection, counter))
     prompt = selection.prompt(template, order=order)
   return selection, prompt
+
+
+def answer(pipe, query: str, documents_or_index, *, budget, template, max_new_tokens: int,
+           order: str, context_window, select_kwargs: dict) -> Answer:
+  """`Pipeline.answer` (see there): `pipe.select`, the prompt fitted to the window, the
+  generator's answer."""
+  if not isinstance(query, str):
+    raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
+  checks.static_int(max_new_tokens, "max_new_tokens", 1, what="the longest answer in tokens")
+  checks.choice(order, "order", ORDERS)
+  checks.token_budget(budget, none="256, or what the window leaves")
+  t0 = time.perf_counter()
+  # The offline default's model is loaded once per process (`default_generator`); nothing
+  # is stored on the Pipeline: `answer` leaves it as it was.
+  generator = pipe.generator if pipe.generator is not None else default_generator()
+  pipe = pipe if pipe.generator is generator else pipe.replace(generator=generator)
+  if template is None:
+    template = DEFAULT_TEMPLATE
+  limit = None
+  if context_window is not None:
+    limit, room = window_room(generator, query, template, context_window=context_window,
+                              max_new_tokens=max_new_tokens)
+    budget = room if budget is None else min(budget, room)
+  selection = pipe.select(query, documents_or_index,
+                          budget=DEFAULT_ANSWER_BUDGET if budget is None else budget,
+                          **select_kwargs)
+  selection, prompt = fit_prompt(selection, generator, pipe.tokenizer, template=template,
+                                 order=order, limit=limit)
+  t1 = time.perf_counter()
+  text = generator.generate([prompt], max_new_tokens=max_new_tokens)[0]
+  t2 = time.perf_counter()
+  return Answer(text=text, selection=selection, prompt=prompt, generator=generator.name,
+                timings={"select": t1 - t0, "generate": t2 - t1})

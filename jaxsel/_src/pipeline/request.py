@@ -76,6 +76,23 @@ class Prepared(NamedTuple):
     return self.granularity == "sentence"
 
 
+def per_request(requests, **lists) -> dict:
+  """`select_many`'s and `pick_many`'s arguments of one entry per request, checked: the
+  requests as `(queries, documents)` pairs, each of `lists` as a list (None: None for each)."""
+  requests = list(requests)
+  if not requests:
+    raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
+  for r, req in enumerate(requests):
+    if not isinstance(req, (tuple, list)) or len(req) != 2:
+      raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
+  out = {}
+  for name, per in lists.items():
+    if per is not None and (isinstance(per, (str, bytes)) or len(per) != len(requests)):
+      raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
+    out[name] = [None] * len(requests) if per is None else list(per)
+  return {"requests": requests, **out}
+
+
 def _named(where: Optional[int], what: str, fn, *args, **kwargs):
   """`fn(...)`, its TypeError / ValueError prefixed with `what[where]` in a batch."""
   if where is None:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import collections
 import copy
-import time
 from typing import Optional, Sequence
 
 import numpy as np
 
-from jaxsel._src import checks, methods
 from jaxsel._src.base import Configurator, Encoder, Generator
-from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, default_generator, generator_counter
+from jaxsel._src.generation import DEFAULT_MAX_NEW_TOKENS, generator_counter
 from jaxsel._src.index import VectorIndex
 from jaxsel._src.methods import default_method
 from jaxsel._src.pipeline import batch as batch_lib
@@ -31,39 +29,9 @@ from jaxsel._src.pipeline import request as request_lib
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.embedding import Embedder, EmbeddingCache, check_late_chunking
 from jaxsel._src.pipeline.request import Request
-from jaxsel._src.pipeline.result import DEFAULT_TEMPLATE, ORDERS, Answer, SelectionResult
-from jaxsel._src.checks import check_texts
+from jaxsel._src.pipeline.result import Answer, SelectionResult
 from jaxsel._src.scorers.hops import load_hop_params
 from jaxsel._src.tokens import TokenCounter, token_counter
-
-DEFAULT_ANSWER_BUDGET = 256  # `answer`'s budget without a window
-
-
-def available_methods() -> tuple:
-  """The selection methods, by name (`Pipeline(method=...)`)."""
-  return methods.METHODS
-
-
-def available_scorers() -> tuple:
-  """The CORAG scorers of the registry, by name (`Pipeline(corag_scorer=...)`)."""
-  return tuple(methods.SCORERS)
-
-
-def _per_request(requests, **lists) -> dict:
-  """`select_many`'s and `pick_many`'s arguments of one entry per request, checked: the
-  requests as `(queries, documents)` pairs, each of `lists` as a list (None: None for each)."""
-  requests = list(requests)
-  if not requests:
-    raise ValueError("`requests` is empty; pass a list of (queries, documents) pairs.")
-  for r, req in enumerate(requests):
-    if not isinstance(req, (tuple, list)) or len(req) != 2:
-      raise TypeError(f"`requests[{r}]` must be a (queries, documents) pair.")
-  out = {}
-  for name, per in lists.items():
-    if per is not None and (isinstance(per, (str, bytes)) or len(per) != len(requests)):
-      raise ValueError(f"`{name}` must hold one entry per request ({len(requests)}), or be None.")
-    out[name] = [None] * len(requests) if per is None else list(per)
-  return {"requests": requests, **out}
 
 
 class Pipeline:
@@ -210,19 +178,7 @@ class Pipeline:
                   info: Optional[dict] = None) -> VectorIndex:
     """Splits and embeds `documents` into `index` (a new `VectorIndex` by default). Each
     vector's metadata is its `Passage` (doc, source, span, tokens, title)."""
-    passages = self.split(documents, sources=sources)
-    if not passages:
-      raise ValueError("`documents` contain no text to index.")
-    if self.late_chunking:
-      emb = self.embedder.late_chunks(check_texts(documents, "documents"), passages)
-    else:
-      emb = self.embed([p.text for p in passages], "passage")
-    if index is None:
-      index = VectorIndex(emb.shape[1], info={"unit": self.config.unit,
-                                              "max_tokens": self.config.max_tokens, **(info or {})})
-    meta = [{k: v for k, v in p.to_dict().items() if k != "text"} for p in passages]
-    index.add(emb, texts=[p.text for p in passages], metadata=meta)
-    return index
+    return cands_lib.build_index(self, documents, sources=sources, index=index, info=info)
 
   # -- selection -------------------------------------------------------------------------------
   def select(self, queries=None, documents_or_index=None, *, budget=None, k: Optional[int] = None,
@@ -291,7 +247,7 @@ class Pipeline:
     `query_embeddings` (`[Q, D]`) is embedded by nobody; its solve is batched with the others.
     `granularity` applies to every request, as in `select`.
     """
-    per = _per_request(requests, pinned=pinned, groups=groups, embeddings=embeddings,
+    per = request_lib.per_request(requests, pinned=pinned, groups=groups, embeddings=embeddings,
                        query_embeddings=query_embeddings)
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=any(e is not None for e in per["embeddings"]))
@@ -329,7 +285,7 @@ class Pipeline:
     """`pick` of many `(queries, documents)` requests in one batched call, as `select_many`:
     `pinned`, `groups`, `embeddings`, `query_embeddings`, `costs` and `keep` hold one entry
     per request, each as `pick` takes it (or None)."""
-    per = _per_request(requests, pinned=pinned, groups=groups, embeddings=embeddings,
+    per = request_lib.per_request(requests, pinned=pinned, groups=groups, embeddings=embeddings,
                        query_embeddings=query_embeddings, costs=costs, keep=keep)
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=any(e is not None for e in per["embeddings"]))
@@ -388,31 +344,6 @@ class Pipeline:
     Returns:
       `Answer(text, selection, prompt, generator, timings)`.
     """
-    if not isinstance(query, str):
-      raise TypeError(f"`query` must be one question (a str), got {type(query).__name__}.")
-    checks.static_int(max_new_tokens, "max_new_tokens", 1, what="the longest answer in tokens")
-    checks.choice(order, "order", ORDERS)
-    checks.token_budget(budget, none="256, or what the window leaves")
-    t0 = time.perf_counter()
-    # The offline default's model is loaded once per process (`default_generator`); nothing
-    # is stored on the Pipeline: `answer` leaves it as it was.
-    generator = self.generator if self.generator is not None else default_generator()
-    pipe = self if self.generator is generator else self.replace(generator=generator)
-    if template is None:
-      template = DEFAULT_TEMPLATE
-    limit = None
-    if context_window is not None:
-      limit, room = reader_lib.window_room(generator, query, template,
-                                           context_window=context_window,
-                                           max_new_tokens=max_new_tokens)
-      budget = room if budget is None else min(budget, room)
-    selection = pipe.select(query, documents_or_index,
-                            budget=DEFAULT_ANSWER_BUDGET if budget is None else budget,
-                            **select_kwargs)
-    selection, prompt = reader_lib.fit_prompt(selection, generator, pipe.tokenizer,
-                                              template=template, order=order, limit=limit)
-    t1 = time.perf_counter()
-    text = generator.generate([prompt], max_new_tokens=max_new_tokens)[0]
-    t2 = time.perf_counter()
-    return Answer(text=text, selection=selection, prompt=prompt, generator=generator.name,
-                  timings={"select": t1 - t0, "generate": t2 - t1})
+    return reader_lib.answer(self, query, documents_or_index, budget=budget, template=template,
+                             max_new_tokens=max_new_tokens, order=order,
+                             context_window=context_window, select_kwargs=select_kwargs)
