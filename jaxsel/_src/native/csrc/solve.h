@@ -78,6 +78,15 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
                     : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
     return g;
   };
+  // The gain from the empty set (the cover is all +0 before the first pick): the same bits as
+  // `gain`, without reading the cover.
+  auto first_gain = [&](int64_t j) {
+    T g = 0;
+    for (int64_t q = 0; q < Q; ++q)
+      g += weighted ? RowGain<T, true>(S + j * N, EmptyCover{}, W[q * N + j], N)
+                    : RowGain<T, false>(S + j * N, EmptyCover{}, T(1), N);
+    return g;
+  };
   auto gain = [&](int64_t j) {
     const T* row = S + j * N;
     if (!saturated) return cover_gain(row, j);
@@ -202,7 +211,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
         auto eval = [&](int64_t lo, int64_t hi) {
           for (int64_t j = lo; j < hi; ++j)
             if (avail[j] && fits(j)) {
-              fresh[j] = gain(j);
+              fresh[j] = saturated ? gain(j) : first_gain(j);
               if (bounds) make_bytes(j);
             }
         };
