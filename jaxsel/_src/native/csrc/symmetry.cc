@@ -49,9 +49,13 @@ struct Stats {
   FW bad = {};  // Σ x − x: 0 while every entry is finite, NaN after a NaN or ±inf
   float mn1 = std::numeric_limits<float>::infinity();
   bool bad1 = false;
-  void Add(FW x) {
-    mn = Min(x, mn);
-    bad += x - x;
+  // The R rows' vectors at one position, folded first (one addition on the running chain).
+  template <int64_t R>
+  void Add(const FW (&x)[R]) {
+    FW m = x[0], b = x[0] - x[0];
+    for (int64_t r = 1; r < R; ++r) m = Min(x[r], m), b += x[r] - x[r];
+    mn = Min(m, mn);
+    bad += b;
   }
   void Add1(float x) {
     mn1 = x < mn1 ? x : mn1;
@@ -106,16 +110,16 @@ void HashRows(const float* __restrict x, int64_t stride, float* __restrict out, 
   for (; j + kF <= n; j += kF) {
     const UW aj = Load<UW>(a + j), aj_odd = aj >> 32;
     UW ce = {}, co = {};
+    FW v[R];
     for (int64_t r = 0; r < R; ++r) {
       const UW b = Load<UW>(x + (i + r) * stride + j), b_odd = b >> 32;
       if constexpr (kCopy) std::memcpy(out + (i + r) * n + j, &b, sizeof(b));
-      FW v;
-      std::memcpy(&v, &b, sizeof(v));
-      st.Add(v);
+      std::memcpy(&v[r], &b, sizeof(v[r]));
       acc[r] += MulLow(b, aj) + MulLow(b_odd, aj_odd);
       ce += MulLow(b, ai[r]);
       co += MulLow(b_odd, ai[r]);
     }
+    st.Add(v);
     const UW se = Load<UW>(col + j) + ce, so = Load<UW>(col + j + kW) + co;
     std::memcpy(col + j, &se, sizeof(se));
     std::memcpy(col + j + kW, &so, sizeof(so));
