@@ -254,7 +254,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
           // upper bounds, so the pick is CELF's; more of them may be tighter, and with them
           // the certificate. The batch is bounded on this thread, each row's successor
           // fetched meanwhile: handing a batch (about 100 rows of N bytes) to the pool and
-          // waiting for it cost more than it saved (bench/RESULTS.md: 1.3x-1.5x slower on
+          // waiting for it cost more than it saved (bench/RESULTS.md: 1.3x-1.6x slower on
           // 2 busy cores), a helper descheduled mid-batch stalling the whole step.
           const int64_t want = std::min<int64_t>(kBatchMax, bounded_now);
           stale.clear();
