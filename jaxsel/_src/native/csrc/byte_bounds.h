@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -66,6 +67,19 @@ inline float ByteRoundUp(const float* __restrict x, uint8_t* __restrict q, int64
   constexpr int64_t L = sizeof(V) / sizeof(float);
   V vmax = {}, vbad = {};  // vbad sums x − x: 0, or NaN once an entry is NaN or ±inf
   int64_t j = 0;
+  {
+    // Four chains, so that the loop is not bound by the latency of one addition (neither
+    // result depends on the order the entries are met in).
+    V m[4] = {}, b[4] = {};
+    for (; j + 4 * L <= n; j += 4 * L)
+      for (int k = 0; k < 4; ++k) {
+        const V v = Load<V>(x + j + k * L);
+        m[k] = Max(v, m[k]);
+        b[k] += v - v;
+      }
+    vmax = Max(Max(m[0], m[1]), Max(m[2], m[3]));
+    vbad = (b[0] + b[1]) + (b[2] + b[3]);
+  }
   for (; j + L <= n; j += L) {
     const V v = Load<V>(x + j);
     vmax = Max(v, vmax);
@@ -98,21 +112,29 @@ inline float ByteRoundUp(const float* __restrict x, uint8_t* __restrict q, int64
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(y)));
   }
 #elif defined(__AVX2__)
-  const __m256 vinv = _mm256_set1_ps(inv), zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f),
-               top = _mm256_set1_ps(255.0f);
-  for (; i + 32 <= n; i += 32) {
-    __m256i w[4];
-    for (int h = 0; h < 4; ++h) {
-      const __m256 xv = _mm256_loadu_ps(x + i + 8 * h);
-      __m256 y = _mm256_ceil_ps(_mm256_mul_ps(xv, vinv));
-      y = _mm256_blendv_ps(y, one, _mm256_and_ps(_mm256_cmp_ps(xv, zero, _CMP_GT_OQ), _mm256_cmp_ps(y, one, _CMP_LT_OQ)));
-      w[h] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(y, zero), top));
+  // ⌈x / step⌉ ≤ 255 (255·step ≥ max x) and the packs saturate, so a negative lane (or one below
+  // int32's range) gives 0 without the clamps of the scalar code. Where step ≤ 1, x > 0 gives
+  // x / step ≥ x > 0, so only a step above 1 needs the fix-up to 1.
+  auto quantize = [&](auto fix) {
+    constexpr bool kFix = decltype(fix)::value;
+    const __m256 vinv = _mm256_set1_ps(inv), zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    for (; i + 32 <= n; i += 32) {
+      __m256i w[4];
+      for (int h = 0; h < 4; ++h) {
+        const __m256 xv = _mm256_loadu_ps(x + i + 8 * h);
+        __m256 y = _mm256_ceil_ps(_mm256_mul_ps(xv, vinv));
+        if constexpr (kFix)
+          y = _mm256_blendv_ps(y, one, _mm256_and_ps(_mm256_cmp_ps(xv, zero, _CMP_GT_OQ), _mm256_cmp_ps(y, one, _CMP_LT_OQ)));
+        w[h] = _mm256_cvttps_epi32(y);
+      }
+      // 32 int32 to bytes, saturating: the packs interleave 128-bit lanes, the permute restores order.
+      const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(w[0], w[1]), _mm256_packs_epi32(w[2], w[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
+                          _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     }
-    // 32 int32 in [0, 255] to bytes: the packs interleave 128-bit lanes, the permute restores order.
-    const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(w[0], w[1]), _mm256_packs_epi32(w[2], w[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i),
-                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-  }
+  };
+  if (step > 1.0f) quantize(std::true_type{});
+  else quantize(std::false_type{});
 #endif
   for (; i < n; ++i) {
     float y = std::ceil(x[i] * inv);

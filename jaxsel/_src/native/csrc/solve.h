@@ -78,6 +78,15 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
                     : RowGain<T, false>(row, cover.data() + q * N, T(1), N);
     return g;
   };
+  // The gain from the empty set (the cover is all +0 before the first pick): the same bits as
+  // `gain`, without reading the cover.
+  auto first_gain = [&](int64_t j) {
+    T g = 0;
+    for (int64_t q = 0; q < Q; ++q)
+      g += weighted ? RowGain<T, true>(S + j * N, EmptyCover{}, W[q * N + j], N)
+                    : RowGain<T, false>(S + j * N, EmptyCover{}, T(1), N);
+    return g;
+  };
   auto gain = [&](int64_t j) {
     const T* row = S + j * N;
     if (!saturated) return cover_gain(row, j);
@@ -143,7 +152,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
   std::vector<T> fresh;        // its gain then (or at a later step, where `seen` says so)
   std::vector<int32_t> seen;   // step at which the certificate last re-evaluated it
   CelfHeap<T> heap;
-  std::vector<int32_t> stale;  // a batch of stale tops, bounded on all threads
+  std::vector<int32_t> stale;  // a batch of stale tops, bounded together
   std::vector<T> stale_u;
   constexpr int64_t kBatchFrom = 32, kBatchMax = 1024;
   const int64_t parts = 4 * (threads + 1);
@@ -202,7 +211,7 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
         auto eval = [&](int64_t lo, int64_t hi) {
           for (int64_t j = lo; j < hi; ++j)
             if (avail[j] && fits(j)) {
-              fresh[j] = gain(j);
+              fresh[j] = saturated ? gain(j) : first_gain(j);
               if (bounds) make_bytes(j);
             }
         };
@@ -241,9 +250,12 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
           // A step that has already bounded many stale tops one at a time (the first steps,
           // where most candidates' gains fall below the new top's): the next stale tops, as
           // many as were bounded so far (the batch doubles, so about twice what one at a time
-          // would bound at most), are taken off the heap, bounded on all threads and put
-          // back. Keys stay upper bounds, so the pick is CELF's; more of them may be tighter,
-          // and with them the certificate.
+          // would bound at most), are taken off the heap, bounded and put back. Keys stay
+          // upper bounds, so the pick is CELF's; more of them may be tighter, and with them
+          // the certificate. The batch is bounded on this thread, each row's successor
+          // fetched meanwhile: handing a batch (about 100 rows of N bytes) to the pool and
+          // waiting for it cost more than it saved (bench/RESULTS.md: 1.3x-1.6x slower on
+          // 2 busy cores), a helper descheduled mid-batch stalling the whole step.
           const int64_t want = std::min<int64_t>(kBatchMax, bounded_now);
           stale.clear();
           while (!heap.Empty() && static_cast<int64_t>(stale.size()) < want) {
@@ -257,9 +269,8 @@ int32_t SolveOne(const Problem& pr, const T* S, const T* SI, ItemMajorGainer<T>*
             heap.Pop();
           }
           stale_u.resize(stale.size());
-          pfor(static_cast<int64_t>(stale.size()), 1, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i) stale_u[i] = byte_bound(stale[i], i + 1 < hi ? stale[i + 1] : -1);
-          });
+          const int64_t m = static_cast<int64_t>(stale.size());
+          for (int64_t i = 0; i < m; ++i) stale_u[i] = byte_bound(stale[i], i + 1 < m ? stale[i + 1] : -1);
           for (size_t i = 0; i < stale.size(); ++i) {
             const int32_t t = stale[i];
             bounded[t] = static_cast<int32_t>(step);

@@ -4,11 +4,12 @@
 // keeps the caller's array instead of writing a transposed copy.
 //
 // Symmetry is Freivalds' test on the entries' bit patterns: with x_ij the bits of x[i, j] as an
-// integer and `a` [N] random 64-bit weights (from `seed`), row_hash[i] = Σ_j a_j x_ij and
-// col_hash[j] = Σ_i a_i x_ij (mod 2^64). A symmetric matrix has row_hash == col_hash. A matrix
-// with some x_kj ≠ x_jk has (row_hash − col_hash)_k = Σ_j a_j (x_kj − x_jk), and as each
-// difference is below 2^32 in size, uniform weights make that zero with probability at most
-// 2^-32. (+0.0 and −0.0 at mirrored places count as asymmetric.)
+// integer (below 2^32) and `a` [N] random 32-bit weights (from `seed`), row_hash[i] = Σ_j a_j x_ij
+// and col_hash[j] = Σ_i a_i x_ij (mod 2^64). A symmetric matrix has row_hash == col_hash. A matrix
+// with some x_kj ≠ x_jk has (row_hash − col_hash)_k = a_j d + (the other terms), d = x_kj − x_jk,
+// 0 < |d| < 2^32; as |(a − a') d| < 2^64 for a ≠ a' in [0, 2^32), a ↦ a d (mod 2^64) is one to one
+// there, so a uniform a_j makes the difference zero with probability at most 2^-32. Each term is
+// one 32 x 32 → 64-bit multiply (PMULUDQ). (+0.0 and −0.0 at mirrored places count as asymmetric.)
 //
 // x [N, N] f32, seed [2] u32 → symmetric pred[], least f32[] (NaN ignored), finite pred[].
 
@@ -30,26 +31,31 @@ namespace ffi = xla::ffi;
 namespace jaxsel {
 namespace {
 
-// Vectors of the widest the target has: kW 64-bit lanes (the hashes are sums mod 2^64, the least
-// entry a minimum: neither depends on the width or order, so every CPU variant agrees).
+// Vectors of the widest the target has: kW 64-bit lanes, each holding two entries' bits (the
+// hashes are sums mod 2^64, the least entry a minimum: neither depends on the width or order, so
+// every CPU variant agrees).
 #if defined(__AVX512F__)
 constexpr int kW = 8;
 #else
 constexpr int kW = 4;  // AVX2 and below: a 64-byte vector would be kept in memory
 #endif
+constexpr int kF = 2 * kW;  // entries per vector
 typedef uint64_t UW __attribute__((vector_size(8 * kW)));
-typedef uint32_t WW __attribute__((vector_size(4 * kW)));
-typedef float FW __attribute__((vector_size(4 * kW)));
+typedef float FW __attribute__((vector_size(4 * kF)));
 
-// Running least entry and finiteness of the entries seen, kW lanes and one scalar.
+// Running least entry and finiteness of the entries seen, kF lanes and one scalar.
 struct Stats {
   FW mn = FW{} + std::numeric_limits<float>::infinity();
   FW bad = {};  // Σ x − x: 0 while every entry is finite, NaN after a NaN or ±inf
   float mn1 = std::numeric_limits<float>::infinity();
   bool bad1 = false;
-  void Add(FW x) {
-    mn = Min(x, mn);
-    bad += x - x;
+  // The R rows' vectors at one position, folded first (one addition on the running chain).
+  template <int64_t R>
+  void Add(const FW (&x)[R]) {
+    FW m = x[0], b = x[0] - x[0];
+    for (int64_t r = 1; r < R; ++r) m = Min(x[r], m), b += x[r] - x[r];
+    mn = Min(m, mn);
+    bad += b;
   }
   void Add1(float x) {
     mn1 = x < mn1 ? x : mn1;
@@ -57,55 +63,66 @@ struct Stats {
   }
   float Min1() const {
     float m = mn1;
-    for (int l = 0; l < kW; ++l) m = mn[l] < m ? mn[l] : m;
+    for (int l = 0; l < kF; ++l) m = mn[l] < m ? mn[l] : m;
     return m;
   }
   bool Finite() const {
     bool ok = !bad1;
-    for (int l = 0; l < kW; ++l) ok &= bad[l] == 0.0f;
+    for (int l = 0; l < kF; ++l) ok &= bad[l] == 0.0f;
     return ok;
   }
 };
 
-// b · a mod 2^64 lane by lane, b < 2^32 (an entry's bits), a = a_lo + 2^32 a_hi: two 32 x 32 → 64
-// multiplies (AVX2 has no 64-bit one; GCC's emulation takes three).
-inline UW MulBits(UW b, UW a_lo, UW a_hi) {
-#if defined(__AVX2__) && !defined(__AVX512DQ__)
-  const __m256i x = reinterpret_cast<const __m256i&>(b);
-  const __m256i r = _mm256_add_epi64(_mm256_mul_epu32(x, reinterpret_cast<const __m256i&>(a_lo)),
-                                     _mm256_slli_epi64(_mm256_mul_epu32(x, reinterpret_cast<const __m256i&>(a_hi)), 32));
+// (x mod 2^32) · (y mod 2^32) lane by lane, exact in 64 bits: one PMULUDQ.
+inline UW MulLow(UW x, UW y) {
+#if defined(__AVX512F__)
+  const __m512i r = _mm512_mul_epu32(reinterpret_cast<const __m512i&>(x), reinterpret_cast<const __m512i&>(y));
+  return reinterpret_cast<const UW&>(r);
+#elif defined(__AVX2__)
+  const __m256i r = _mm256_mul_epu32(reinterpret_cast<const __m256i&>(x), reinterpret_cast<const __m256i&>(y));
   return reinterpret_cast<const UW&>(r);
 #else
-  (void)a_hi;
-  return b * a_lo;
+  const UW lo = UW{} + 0xffffffffull;
+  return (x & lo) * (y & lo);
 #endif
 }
 
+// Where column t's col_hash term sits in `col`: a vector of kF entries at j holds the even
+// columns' sums in its first kW lanes and the odd ones' in the next kW (PMULUDQ takes the even
+// 32-bit halves; the odd ones are shifted down to them); columns past the last whole vector
+// (t ≥ nv) one by one.
+inline int64_t ColSlot(int64_t t, int64_t nv) {
+  if (t >= nv) return t;
+  const int64_t off = t % kF;
+  return t - off + (off % 2) * kW + off / 2;
+}
+
 // Rows [i, i + R) of x (row r at x + r·stride, any alignment): row_hash of each, their terms of
-// col_hash added into `col` [n]; with kCopy each row is also written to out + r·n while it is
-// in the cache. R rows at a time, their column terms summed in registers, added to `col` once.
+// col_hash added into `col` (laid out by ColSlot); with kCopy each row is also written to
+// out + r·n while it is in the cache. R rows at a time, their column terms summed in registers,
+// added to `col` once. `a` [n]: the weights, below 2^32.
 template <int64_t R, bool kCopy>
 void HashRows(const float* __restrict x, int64_t stride, float* __restrict out, int64_t n, int64_t i,
-              const uint64_t* __restrict a, const uint64_t* __restrict a_hi, uint64_t* __restrict row_hash,
-              uint64_t* __restrict col, Stats& st) {
-  UW ai[R], ai_hi[R], acc[R];
-  for (int64_t r = 0; r < R; ++r) ai[r] = UW{} + a[i + r], ai_hi[r] = UW{} + (a[i + r] >> 32), acc[r] = UW{};
+              const uint32_t* __restrict a, uint64_t* __restrict row_hash, uint64_t* __restrict col, Stats& st) {
+  UW ai[R], acc[R];
+  for (int64_t r = 0; r < R; ++r) ai[r] = UW{} + a[i + r], acc[r] = UW{};
   int64_t j = 0;
-  for (; j + kW <= n; j += kW) {
-    const UW aj = Load<UW>(a + j), aj_hi = Load<UW>(a_hi + j);
-    UW c = {};
+  for (; j + kF <= n; j += kF) {
+    const UW aj = Load<UW>(a + j), aj_odd = aj >> 32;
+    UW ce = {}, co = {};
+    FW v[R];
     for (int64_t r = 0; r < R; ++r) {
-      const FW v = Load<FW>(x + (i + r) * stride + j);
-      if constexpr (kCopy) std::memcpy(out + (i + r) * n + j, &v, sizeof(v));
-      st.Add(v);
-      WW w;
-      std::memcpy(&w, &v, sizeof(w));
-      const UW b = __builtin_convertvector(w, UW);
-      acc[r] += MulBits(b, aj, aj_hi);
-      c += MulBits(b, ai[r], ai_hi[r]);
+      const UW b = Load<UW>(x + (i + r) * stride + j), b_odd = b >> 32;
+      if constexpr (kCopy) std::memcpy(out + (i + r) * n + j, &b, sizeof(b));
+      std::memcpy(&v[r], &b, sizeof(v[r]));
+      acc[r] += MulLow(b, aj) + MulLow(b_odd, aj_odd);
+      ce += MulLow(b, ai[r]);
+      co += MulLow(b_odd, ai[r]);
     }
-    const UW sum = Load<UW>(col + j) + c;
-    std::memcpy(col + j, &sum, sizeof(sum));
+    st.Add(v);
+    const UW se = Load<UW>(col + j) + ce, so = Load<UW>(col + j + kW) + co;
+    std::memcpy(col + j, &se, sizeof(se));
+    std::memcpy(col + j + kW, &so, sizeof(so));
   }
   for (int64_t r = 0; r < R; ++r) {
     const float* src = x + (i + r) * stride;
@@ -116,8 +133,8 @@ void HashRows(const float* __restrict x, int64_t stride, float* __restrict out, 
       if constexpr (kCopy) out[(i + r) * n + t] = src[t];
       uint32_t w;
       std::memcpy(&w, src + t, 4);
-      h += a[t] * w;
-      col[t] += a[i + r] * w;
+      h += uint64_t(a[t]) * w;
+      col[t] += uint64_t(a[i + r]) * w;
     }
     row_hash[i + r] = h;
   }
@@ -141,8 +158,9 @@ template <typename PFor>
 CheckResult Check(const float* x, int64_t stride, float* out, int64_t n, uint64_t seed, int64_t threads,
                   const PFor& pfor) {
   uint64_t state = seed;
-  std::vector<uint64_t> a(n), a_hi(n), row_hash(n);
-  for (int64_t j = 0; j < n; ++j) a[j] = SplitMix64(state), a_hi[j] = a[j] >> 32;
+  std::vector<uint32_t> a(n);
+  std::vector<uint64_t> row_hash(n);
+  for (int64_t j = 0; j < n; ++j) a[j] = static_cast<uint32_t>(SplitMix64(state) >> 32);
   // Row blocks, each with its own column sums (added up below: the sums are mod 2^64, so in
   // any order the same).
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n / 64, 4 * (threads + 1)));
@@ -161,17 +179,19 @@ CheckResult Check(const float* x, int64_t stride, float* out, int64_t n, uint64_
         uint64_t* col = cols.data() + p * n;
         int64_t i = lo;
         for (; i + kRows <= hi; i += kRows)
-          HashRows<kRows, kCopy>(x, stride, out, n, i, a.data(), a_hi.data(), row_hash.data(), col, stats[p]);
-        for (; i < hi; ++i) HashRows<1, kCopy>(x, stride, out, n, i, a.data(), a_hi.data(), row_hash.data(), col, stats[p]);
+          HashRows<kRows, kCopy>(x, stride, out, n, i, a.data(), row_hash.data(), col, stats[p]);
+        for (; i < hi; ++i) HashRows<1, kCopy>(x, stride, out, n, i, a.data(), row_hash.data(), col, stats[p]);
       }
     });
   };
   if (out != nullptr) rows(std::true_type{});
   else rows(std::false_type{});
   CheckResult res{true, true, std::numeric_limits<float>::infinity()};
+  const int64_t nv = n / kF * kF;
   for (int64_t j = 0; j < n; ++j) {
     uint64_t c = 0;
-    for (int64_t p = 0; p < parts; ++p) c += cols[p * n + j];
+    const int64_t slot = ColSlot(j, nv);
+    for (int64_t p = 0; p < parts; ++p) c += cols[p * n + slot];
     res.symmetric &= c == row_hash[j];
   }
   for (const Stats& st : stats) res.finite &= st.Finite(), res.least = std::min(res.least, st.Min1());
