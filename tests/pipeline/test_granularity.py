@@ -139,8 +139,6 @@ def test_select_many_equals_select(pipe, method):
   p = pipe.replace(method=method, widening=2.0)  # widened on wide requests, not on others
   ps = passages_of(pipe, DOCS)
   requests = [(Q, DOCS), (Q, ps), ("Who directed Kiss and Tell?", DOCS[:1])]
-  if method is None:
-    requests.append((Q, [DOC]))  # 111 sentences: wide (38 and 19 are not)
   many = p.select_many(requests, budget=120, granularity="sentence")
   for (q, source), got in zip(requests, many):
     want = p.select(q, source, budget=120, granularity="sentence")

@@ -226,7 +226,7 @@ def _load_bodies():
   client-sent embeddings, and plain rankings (some with a pinned document and group caps)."""
   rng = np.random.default_rng(1)
   bodies = []
-  for i in range(128):
+  for i in range(64):
     docs = [f"{w} {rng.choice(WORDS)} number {rng.integers(100)}." for w in
             rng.choice(WORDS, size=int(rng.integers(5, 9)), replace=False)]
     body = {"query": str(rng.choice(WORDS)), "documents": docs}
@@ -243,7 +243,7 @@ def _load_bodies():
 
 
 def test_load_batched_answers_equal_one_at_a_time(url):
-  """128 requests from 32 concurrent clients, all answered, each equal to its answer alone."""
+  """64 requests from 32 concurrent clients, all answered, each equal to its answer alone."""
   _load(url)
 
 
