@@ -229,7 +229,7 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   if not kept:
     return [], None
   cheapest = min(int(costs[i]) for i in kept)
-  if budget is not None and budget < cheapest and granularity == "sentence":  # or a sentence
+  if budget is not None and budget < cheapest and granularity != "passage":  # or a sentence
     cheapest = min(cheapest, int(min(counter_of(pipeline, tokenizer).count(
         [p.text for i in kept for p in jaxsel.split_text(texts[i], unit="sentence")]))))
   if budget is not None and budget < cheapest:
@@ -239,7 +239,7 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   if pipeline.method != method:
     pipeline = pipeline.replace(method=method)  # shares the encoder and the embedding cache
   q_emb = None
-  if granularity == "sentence":  # sentences are embedded and counted by the pipeline
+  if granularity != "passage":  # sentences are embedded and counted by the pipeline
     embeddings = None
     pipeline = pipeline.replace(tokenizer=counter_of(pipeline, tokenizer))
   if embeddings is not None:

@@ -65,7 +65,8 @@ class JaxselRanker:
     reuse_embeddings: use the documents' own embeddings when they all have one.
     group_by, max_per_group: keep at most `max_per_group` documents per value of
       `meta[group_by]` (e.g. ``"file_path"``; a document without the key is its own group).
-    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``: a document is
+    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``
+      (``"auto"``: ``"sentence"`` when the budget cannot hold every one whole): a document is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
       content is `content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
       meta); the sentences are embedded by jaxsel's encoder, not with stored embeddings.

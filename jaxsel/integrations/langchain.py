@@ -69,7 +69,8 @@ class JaxselCompressor(BaseDocumentCompressor):
     reuse_embeddings: use the documents' stored embeddings.
     group_by, max_per_group: keep at most `max_per_group` documents per value of
       `metadata[group_by]` (e.g. ``"source"``; a document without the key is its own group).
-    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``: a document is
+    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``
+      (``"auto"``: ``"sentence"`` when the budget cannot hold every one whole): a document is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
       page_content is `page_content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
       metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
@@ -137,7 +138,7 @@ class JaxselCompressor(BaseDocumentCompressor):
       return []
     texts = [d.page_content for d in documents]
     costs = candidate_costs(self._pipeline, self._tokenizer, texts)
-    emb = None if self.granularity == "sentence" else self._embeddings(documents, texts)
+    emb = None if self.granularity != "passage" else self._embeddings(documents, texts)
     query_emb = None
     if emb is not None and self.embeddings is not None:
       query_emb = as_query_embedding(self.embeddings.embed_query(query), "query embedding")

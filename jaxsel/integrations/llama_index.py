@@ -65,7 +65,8 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     reuse_embeddings: use the nodes' own embeddings when they all have one.
     group_by, max_per_group: keep at most `max_per_group` nodes per value of
       `node.metadata[group_by]` (e.g. ``"file_name"``; a node without the key is its own group).
-    granularity: ``"passage"`` (default: nodes kept whole) or ``"sentence"``: a node is
+    granularity: ``"passage"`` (default: nodes kept whole) or ``"sentence"``
+      (``"auto"``: ``"sentence"`` when the budget cannot hold every one whole): a node is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
       text is `text[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
       metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
@@ -122,7 +123,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     costs = candidate_costs(self._pipeline, self._tokenizer, llm_texts)
     contents = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
     emb = query_emb = overhead = None
-    if self.granularity == "sentence":  # parts of the nodes' own text, and what metadata adds
+    if self.granularity != "passage":  # parts of the nodes' own text, and what metadata adds
       texts = contents
       overhead = costs - candidate_costs(self._pipeline, self._tokenizer, contents)
     elif self.reuse_embeddings:

@@ -79,3 +79,15 @@ def test_bad_granularity_is_refused_when_built(tiny, framework):
   cls, _ = ADAPTERS[framework]
   with pytest.raises(ValueError, match="`granularity`"):
     cls(encoder=tiny, granularity="paragraph")
+
+
+@pytest.mark.parametrize("framework", ADAPTERS)
+def test_auto_granularity_is_sentences_under_a_tight_budget_else_whole(minilm, framework):
+  """`granularity="auto"`: what `"sentence"` keeps when the budget cannot hold every candidate
+  whole, what `"passage"` keeps when it can."""
+  _, run = ADAPTERS[framework]
+  assert run(minilm, PARAGRAPHS, budget=90, granularity="auto") == run(
+      minilm, PARAGRAPHS, budget=90, granularity="sentence")
+  roomy = run(minilm, PARAGRAPHS, budget=100_000, granularity="auto")
+  assert roomy == run(minilm, PARAGRAPHS, budget=100_000, granularity="passage")
+  assert all("jaxsel_start" not in m for m, _ in roomy)

@@ -265,3 +265,35 @@ def test_the_fill_sends_the_lead_of_a_passage_a_searched_one_names_next():
   linked = links.copy()
   linked[0, [2, 3]] = 1.0
   assert fill(40, links=linked, groups=one_doc) == [0, 2, 1, 8]
+
+
+def _same(a, b):
+  return ([(p.doc, p.start, p.end, p.sent_text) for p in a.passages] ==
+          [(p.doc, p.start, p.end, p.sent_text) for p in b.passages])
+
+
+@pytest.mark.parametrize("given", ["documents", "passages"])
+def test_auto_is_sentences_when_the_budget_cannot_hold_every_passage_else_passages(pipe, given):
+  """`granularity="auto"` resolves per request (`request.resolved_granularity`): the request
+  is then exactly that granularity's selection, and the result says which it was."""
+  docs = DOCS if given == "documents" else passages_of(pipe, DOCS)
+  whole = pipe.select(Q, docs, budget=100_000)
+  total = whole.cost
+  for budget, want in [(160, "sentence"), (total + 50, "passage"), (None, "passage")]:
+    kwargs = {"budget": budget} if budget is not None else {"k": 3}
+    auto = pipe.select(Q, docs, granularity="auto", **kwargs)
+    fixed = pipe.select(Q, docs, granularity=want, **kwargs)
+    assert auto.granularity == want == fixed.granularity, (budget, auto.granularity)
+    assert _same(auto, fixed)
+    np.testing.assert_array_equal(auto.gains, fixed.gains)
+
+
+def test_auto_with_the_callers_embeddings_is_passages(pipe):
+  ps = passages_of(pipe, DOCS)
+  emb = pipe.embed([p.text for p in ps])
+  auto = pipe.select(Q, ps, budget=120, embeddings=emb, granularity="auto")
+  fixed = pipe.select(Q, ps, budget=120, embeddings=emb)
+  assert auto.granularity == "passage" and _same(auto, fixed)
+  many = pipe.select_many([(Q, DOCS), (Q, ps)], budget=160, granularity="auto")
+  assert [r.granularity for r in many] == ["sentence", "sentence"]
+  assert _same(many[0], pipe.select(Q, DOCS, budget=160, granularity="sentence"))

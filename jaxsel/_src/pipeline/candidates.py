@@ -93,10 +93,9 @@ def check_budget(budget, k, costs: np.ndarray) -> float:
   return float(budget)
 
 
-def from_documents(source, split, *, expand=None) -> Candidates:
+def from_documents(source, split) -> Candidates:
   """Candidates, not yet embedded (`embedded`), from documents (split with
-  `split(documents) -> [Passage]`) or `Passage`s; `expand(passages) -> (candidates, parents,
-  passages)` cuts them finer (`granularity.sentences`)."""
+  `split(documents) -> [Passage]`) or `Passage`s."""
   if isinstance(source, str):
     raise TypeError("`documents_or_index` must be a list of documents, not one string; "
                     "wrap it: [document].")
@@ -109,10 +108,14 @@ def from_documents(source, split, *, expand=None) -> Candidates:
     passages, docs = split(source), source
   if not passages:
     raise ValueError("The documents contain no text (only whitespace).")
-  parents = units = None
-  if expand is not None:
-    passages, parents, units = expand(passages)
-  return Candidates(passages, None, None, docs, None, parents, units)
+  return Candidates(passages, None, None, docs)
+
+
+def expanded(cands: Candidates, expand) -> Candidates:
+  """`cands` cut finer by `expand(passages) -> (candidates, parents, passages)`
+  (`granularity.sentences`), not yet embedded."""
+  passages, parents, units = expand(cands.passages)
+  return Candidates(passages, None, None, cands.documents, None, parents, units)
 
 
 def embedded(cands: Candidates, embedder: Embedder, *, late_chunking: bool) -> Candidates:
@@ -151,11 +154,10 @@ def from_embeddings(source, embeddings, tokenizer) -> Candidates:
 
 
 def from_index(index: VectorIndex, queries: list, embedder: Embedder, tokenizer, *,
-               candidates: int, expand=None) -> Candidates:
+               candidates: int) -> Candidates:
   """The passages of `index` retrieved for `queries` (up to `candidates` per query), or the
   whole index for text selection when it is small, each costing its text in `tokenizer` (the
-  index may have counted in another unit); `expand` as in `from_documents` (the sentences are
-  then not embedded yet)."""
+  index may have counted in another unit)."""
   if not len(index):
     raise ValueError("The index is empty; add passages first (`Pipeline.build_index`).")
   if queries:
@@ -176,9 +178,6 @@ def from_index(index: VectorIndex, queries: list, embedder: Embedder, tokenizer,
     passages.append(text_lib.Passage(text=t, **fields))
   tokens = tokenizer.count([p.text for p in passages])
   passages = [dataclasses.replace(p, tokens=int(n)) for p, n in zip(passages, tokens)]
-  if expand is not None:
-    passages, parents, units = expand(passages)
-    return Candidates(passages, None, None, None, None, parents, units)
   e = np.asarray(index.embeddings)[np.asarray(ids)]
   return Candidates(passages, e, e, None)
 

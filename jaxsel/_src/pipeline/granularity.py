@@ -40,17 +40,19 @@ from jaxsel._src import checks
 from jaxsel._src import text as text_lib
 from jaxsel._src.tokens import TokenCounter
 
-GRANULARITIES = ("passage", "sentence")
+GRANULARITIES = ("passage", "sentence", "auto")
 _HEADING = re.compile(r"#{1,6}[ \t]")  # a Markdown heading line (`text` module's rule)
 
 
 def check_granularity(granularity, *, unit: str = "passage", embeddings: bool = False) -> str:
   """`granularity` when it is one of `GRANULARITIES` (a ValueError naming the argument
   otherwise); ``"sentence"`` goes neither with word candidates (`unit="word"`) nor with
-  `embeddings` of whole passages (the sentences are embedded by the Pipeline's encoder)."""
+  `embeddings` of whole passages (the sentences are embedded by the Pipeline's encoder);
+  ``"auto"`` goes with both and is then ``"passage"`` (`request.resolved_granularity`)."""
   checks.choice(granularity, "granularity", GRANULARITIES,
                 hint=" ('passage': candidates sent whole; 'sentence': a passage sent whole or as "
-                     "some of its sentences)")
+                     "some of its sentences; 'auto': sentences when the budget cannot hold every "
+                     "passage whole)")
   if granularity == "sentence" and unit == "word":
     raise ValueError("`granularity='sentence'` cuts passages into sentences; the Pipeline's "
                      "candidates are words (`unit='word'`). Use unit='passage'.")

@@ -107,8 +107,8 @@ def prepare(pipe, requests: list) -> list:
   """The `Prepared` request of each `Request`, for `pipe` (a `Pipeline` with a method): all
   are checked before any is embedded."""
   checked = [_checked(pipe, r) for r in requests]
-  return [_ready(pipe, r, *_embedded(pipe, r, cands), budget, cons)
-          for r, (cands, budget, cons) in zip(requests, checked)]
+  return [_ready(pipe, r._replace(granularity=granularity), *_embedded(pipe, r, cands), budget,
+                 cons) for r, (cands, budget, cons, granularity) in zip(requests, checked)]
 
 
 def _source(pipe, r: Request):
@@ -122,11 +122,9 @@ def _source(pipe, r: Request):
 
 def _checked(pipe, r: Request) -> tuple:
   """(candidates, without embeddings where the pipeline embeds them; the budget as a float;
-  the constraints or None) of `r`."""
+  the constraints or None; the granularity, "auto" resolved) of `r`."""
   cfg, counter = pipe.config, pipe.tokenizer
   cands_lib.check_queries(cfg.method, r.queries)
-  sentence = r.granularity == "sentence"
-  expand = (lambda ps: granularity_lib.sentences(ps, counter)) if sentence else None  # noqa: E731
   source = _source(pipe, r)
   index = isinstance(source, VectorIndex) and r.embeddings is None
   if r.embeddings is not None:  # a framework's nodes: each costs its own tokens
@@ -134,13 +132,26 @@ def _checked(pipe, r: Request) -> tuple:
                    counter)
   elif index:
     cands = cands_lib.from_index(source, r.queries, pipe.embedder, counter,
-                                 candidates=cfg.candidates, expand=expand)
+                                 candidates=cfg.candidates)
   else:
     split = lambda docs: pipe.split(docs, sources=r.sources, budget=r.budget)  # noqa: E731
-    cands = _named(r.where, "requests", cands_lib.from_documents, source, split, expand=expand)
-  if index or cands.documents is not None:  # counted by the pipeline: as sent
-    cands = cands._replace(sent=reader_lib.candidate_costs(
-        counter, [p.sent_text for p in cands.passages], unit=cfg.unit))
+    cands = _named(r.where, "requests", cands_lib.from_documents, source, split)
+  counted = index or cands.documents is not None  # by the pipeline: as sent
+
+  def sent(c: cands_lib.Candidates) -> cands_lib.Candidates:
+    if not counted:
+      return c
+    return c._replace(sent=reader_lib.candidate_costs(
+        counter, [p.sent_text for p in c.passages], unit=cfg.unit))
+
+  granularity = r.granularity
+  if granularity == "auto":
+    cands = sent(cands)
+    granularity = resolved_granularity(r, cands, unit=cfg.unit)
+  if granularity == "sentence":
+    cands = cands_lib.expanded(cands, lambda ps: granularity_lib.sentences(ps, counter))
+  if granularity == "sentence" or cands.sent is None:
+    cands = sent(cands)
   budget = cands_lib.check_budget(r.budget, r.k, cands.costs)
   name = "" if r.where is None else f"requests[{r.where}]."
   cons = cands_lib.constraints(cands, r.pinned, r.groups, r.max_per_group, budget=budget, k=r.k,
@@ -150,7 +161,21 @@ def _checked(pipe, r: Request) -> tuple:
       and len(cons[0]) > depth:
     raise ValueError(f"`{name}pinned` holds {len(cons[0])} passages, more than `max_depth`="
                      f"{depth} of method {cfg.method!r} allows.")
-  return cands, budget, cons
+  return cands, budget, cons, granularity
+
+
+def resolved_granularity(r: Request, cands: cands_lib.Candidates, *, unit: str) -> str:
+  """`r`'s granularity; ``"auto"``: its passages' sentences (``"sentence"``) when its budget
+  cannot hold every passage whole, else the passages whole (``"passage"``; so also without a
+  budget, with the caller's embeddings of whole passages, and for words). Measured on
+  multi-hop QA (`training/RESULTS.md`, "Granularity"): sentences keep more supporting facts
+  at 128 and 256 tokens on every set and form, and at 384 on 2Wiki; at 384 tokens on HotpotQA
+  whole paragraphs keep as many or more (90 vs 90 titled, 83 vs 76 untitled)."""
+  if r.granularity != "auto":
+    return r.granularity
+  if r.budget is None or r.embeddings is not None or unit == "word":
+    return "passage"
+  return "sentence" if float(np.sum(cands.costs)) > float(r.budget) else "passage"
 
 
 def _embedded(pipe, r: Request, cands: cands_lib.Candidates) -> tuple:

@@ -218,7 +218,8 @@ class Pipeline:
         the candidates are the passages' sentences, and each passage is sent whole or as runs
         of its picked sentences (with its title where a run does not hold it), all within the
         one budget; `k`, `pinned` and `max_per_group` still count passages (the sentences'
-        passages: parts of at most `k` of them are sent). See docs/pipeline.md.
+        passages: parts of at most `k` of them are sent); ``"auto"``: ``"sentence"`` when
+        the budget cannot hold every passage whole, else ``"passage"``. See docs/pipeline.md.
     """
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=embeddings is not None)
