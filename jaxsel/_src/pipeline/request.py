@@ -148,9 +148,9 @@ def _checked(pipe, r: Request) -> tuple:
   if granularity == "auto":
     cands = sent(cands)
     granularity = resolved_granularity(r, cands, unit=cfg.unit)
-  if granularity == "sentence":
+  if granularity == "sentence":  # the sentences, not yet counted
     cands = cands_lib.expanded(cands, lambda ps: granularity_lib.sentences(ps, counter))
-  if granularity == "sentence" or cands.sent is None:
+  if cands.sent is None:
     cands = sent(cands)
   budget = cands_lib.check_budget(r.budget, r.k, cands.costs)
   name = "" if r.where is None else f"requests[{r.where}]."
