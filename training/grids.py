@@ -98,10 +98,13 @@ def adapter_select(name: str):
   adapter given SmolLM2's tokenizer (the offline GGUF file), in that tokenizer's."""
 
   def make(encoder):
-    from jaxsel.cli import reader_tokenizer
-    counter, second, built = jaxsel.token_counter(encoder), reader_tokenizer("smollm2"), {}
+    built = {}  # the second tokenizer and the adapters, once something is to be selected
 
     def fn(qs, budget):
+      if not built:
+        from jaxsel.cli import reader_tokenizer
+        built.update(counter=jaxsel.token_counter(encoder), second=reader_tokenizer("smollm2"))
+      counter, second = built["counter"], built["second"]
       if budget not in built:
         built[budget] = (adapter(name, encoder, budget), adapter(name, encoder, budget, second))
       plain, checked = built[budget]

@@ -12,10 +12,6 @@ from training import context_eval, hop_features
 ci, fmt_ci = context_eval.ci, context_eval.fmt_ci
 
 
-def _mean(v) -> float:
-  return float(np.nanmean(np.asarray(v, float)) * 100)
-
-
 def _better(values: dict, names) -> str:
   """Of the configurations `names`, the one whose `values` (`[Q]` each) have the higher mean
   (the first on a tie)."""
@@ -117,13 +113,14 @@ def forms_summary(cell: dict, budgets, *, n_resamples: int = 10_000) -> dict:
   per = cell["per_question"]
   for b in budgets:
     naive = per["naive"][b]
-    row = {"naive": _mean(naive["strict"]), "naive_any": _mean(naive["joint"]),
-           "oracle_room": _mean(naive["oracle"]) - _mean(naive["strict"])}
+    row = {"naive": float(np.mean(naive["strict"]) * 100),
+           "naive_any": float(np.mean(naive["joint"]) * 100),
+           "oracle_room": float((np.mean(naive["oracle"]) - np.mean(naive["strict"])) * 100)}
     for m in per:
       if m == "naive":
         continue
       p = per[m][b]
-      row[m], row[m + "_any"] = _mean(p["strict"]), _mean(p["joint"])
+      row[m], row[m + "_any"] = float(np.mean(p["strict"]) * 100), float(np.mean(p["joint"]) * 100)
       row[m + "_diff"] = ci(p["strict"], naive["strict"], n_resamples=n_resamples)._asdict()
       row[m + "_any_diff"] = ci(p["joint"], naive["joint"], n_resamples=n_resamples)._asdict()
       row[m + "_ms"] = float(np.median(p["ms"]))

@@ -147,3 +147,23 @@ def test_a_set_kept_outside_the_project_runs_from_its_file(tmp_path, encoder):
   assert len(ex) == 1 and runner.supporting_spans(str(musique), ex, "untitled") == [None]
   with pytest.raises(ValueError, match="JSONL file"):
     hop_features.load_examples("other_set")
+
+
+def test_the_granularity_report_sets_the_default_against_the_better_of_each_pair():
+  """`default` (no granularity named) is compared with the better of default_p / default_s and
+  the better NaiveRAG, metric by metric; the tables are those of training/RESULTS.md."""
+  from training import reports
+  per = {m: {128: {"sf": v, "aic": v, "para": v, "whole": v}} for m, v in {
+      "naive_p": [0, 0, 0, 0], "naive_s": [1, 0, 0, 0], "default_p": [1, 1, 0, 0],
+      "default_s": [1, 1, 1, 0], "default": [1, 1, 1, 1]}.items()}
+  row = reports.granularity_summary(per, (128,))["128"]["sf"]
+  assert row["best_naive"] == "naive_s" and row["best_default"] == "default_s"
+  assert row["default_vs_best"]["mean"] == 25.0 and row["default_diff"]["mean"] == 75.0
+  assert row["default_s_diff"]["mean"] == 50.0
+  report = {"2wiki:titled": {"n": 4, "weights": "w.safetensors",
+                             "summary": reports.granularity_summary(per, (128,))}}
+  lines = reports.granularity_markdown(report)
+  assert lines[0] == "**supporting-fact joint** (%, 4 questions each):"
+  assert "| 2Wiki (LOO) | titled | 128 | 0.0 | 25.0 | 50.0 | 75.0 | +50.0 [" in "\n".join(lines)
+  assert any(line.startswith("| 2Wiki (LOO) | titled | 128 | answer in context | 100.0 | sent. 75.0 | +25.0 [")
+             for line in lines)
