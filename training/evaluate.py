@@ -288,6 +288,7 @@ def run_forms(ws: Workspace, budgets) -> dict:
         continue  # split documents need embeddings of their pieces: HotpotQA test only then
       res = runner.run_cell(grid, name, form, base=ws._encoder(), limit=limits.get(name),
                             weights=weights.get(name, grids.hops.WEIGHTS),
+                            store=os.path.join(ws.args.cache, "runs"),
                             batched=ws.args.forms_batched, log=log)
       out[f"{name}:{form}"] = reports.forms_summary(res, budgets, n_resamples=ws.args.resamples)
       jax.clear_caches()
