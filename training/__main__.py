@@ -14,8 +14,9 @@
     python -m training train-hops ...      # train the learned second-hop scorer
 
 `python -m training COMMAND --help` shows each command's options. Every command is one module
-of this folder (its `main(argv)`), run from the repository root; the modules use the public
-`jaxsel` API.
+of this folder (its `main(argv)`) or, for the quality evaluations (defaults, forms, granularity,
+agent-menu), one grid of the runner (`training/grids.py`: sets x forms x budgets x
+configurations -> stored runs -> one report); run from the repository root.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ import os
 import sys
 
 COMMANDS = {
-    "defaults": "defaults_eval",
+    "defaults": "grids:defaults",
     "evaluate": "evaluate",
-    "forms": "forms_eval",
+    "forms": "grids:forms",
     "answers": "evaluate_answers",
-    "granularity": "granularity_eval",
-    "agent-menu": "agent_menu",
+    "granularity": "grids:granularity",
+    "agent-menu": "grids:agent_menu_command",
     "wide": "wide_eval",
     "latency": "hop_latency",
     "features": "hop_features",
@@ -48,8 +49,9 @@ def main(argv=None) -> int:
       print(f"\nunknown command {argv[0]!r}; use one of {', '.join(COMMANDS)}", file=sys.stderr)
       return 2
     return 0
-  module = importlib.import_module(f"training.{COMMANDS[argv[0]]}")
-  return int(module.main(argv[1:]) or 0)
+  module, _, function = COMMANDS[argv[0]].partition(":")
+  run = getattr(importlib.import_module(f"training.{module}"), function or "main")
+  return int(run(argv[1:]) or 0)
 
 
 if __name__ == "__main__":

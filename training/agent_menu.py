@@ -1,11 +1,12 @@
-"""The configuration agent over real alternatives (issue 36, part 3): per request, granularity,
+"""The configuration agent over real alternatives: per request, granularity,
 scorer and iterations, from the query embedding plus the request's own features.
 
 A *request* is one question in one form (titled or untitled whole paragraphs, as the adapters
 send them) at one budget (128 / 256 / 384 tokens). The menu (`MENU`) crosses the granularity
 (`"passage"`, `"sentence"`), the CORAG scorer (`learned_hops`, `bridge`) and the iterations (15,
 45); its first entry is what `Pipeline(enc)` does. Every entry runs on every request through
-`Pipeline.select`, scored by `granularity_eval.question_metrics`: answer in context (`aic`, the
+`Pipeline.select` (the runner's `AGENT_MENU` grid, `training/grids.py`), scored by
+`runner.span_metrics`: answer in context (`aic`, the
 target: the only metric every set has and the one a reader needs; NaN for yes/no answers, left
 out), supporting-fact joint (`sf`, HotpotQA and 2Wiki) and paragraph joint (`para`).
 
@@ -17,7 +18,7 @@ fixed entry (the best mean `aic` on the training requests), so the agent leaves 
 only where another entry did better. Folds: trained on two of HotpotQA-hard, MuSiQue and 2Wiki,
 tested on the third (pooled: leave one dataset out), and trained on all three, tested on HotpotQA
 test. The learned scorer's weights for the MuSiQue and 2Wiki requests are trained without that
-dataset (`--weights`, as in `granularity_eval`). Reported: answer in context of the agent, the
+dataset (`--weights`, as in `python -m training granularity`). Reported: answer in context of the agent, the
 best fixed entry and the default, each question's mean over its requests, paired bootstrap 95%
 CIs over questions; the menu oracle (the best entry per request) is the ceiling of any agent.
 
@@ -27,18 +28,9 @@ CIs over questions; the menu oracle (the best entry per request) is the ceiling 
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
-
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-import jaxsel  # noqa: E402
-from training import agent_eval, context_eval, granularity_eval as ge, hop_features  # noqa: E402
-from training.files import atomic_savez, atomic_write  # noqa: E402
+from training import agent_eval, context_eval, hop_features, runner
 
 # (granularity, scorer, iterations); the first is Pipeline(enc)'s default.
 MENU = tuple((g, s, it) for it in (15, 45) for s in ("learned_hops", "bridge")
@@ -46,12 +38,9 @@ MENU = tuple((g, s, it) for it in (15, 45) for s in ("learned_hops", "bridge")
 NAMES = tuple(f"{g}/{s}/{it}" for g, s, it in MENU)
 GROUPS = {"HotpotQA-hard": "hotpot_hard", "MuSiQue": "musique", "2Wiki": "2wiki"}
 TEST = "hotpot_test"
-FORMS = ("titled", "untitled")
-BUDGETS = ge.BUDGETS
 METRICS = ("aic", "sf", "para")
 REQUEST_FEATURES = ("log2 budget / 256", "titled", "log paragraphs", "log mean paragraph tokens",
                     "log total tokens / budget")
-CACHE = os.path.join(ROOT, "out", "agent_menu")
 
 
 def request_features(passages, budget: float, titled: bool) -> np.ndarray:
@@ -61,46 +50,29 @@ def request_features(passages, budget: float, titled: bool) -> np.ndarray:
                      np.log(tokens.mean()), np.log(tokens.sum() / budget)], np.float32)
 
 
-def run_set(name: str, form: str, *, base, cache: str, limit, weights=None, log=print) -> dict:
-  """Every menu entry on every request of set `name` in `form` (`granularity_eval.run_set`):
-  `{metric: [Q, K, B]}`, the query embeddings `[Q, D]` and request features `[Q, B, F]`."""
-  menu = {n: ({"method": "corag", "corag_scorer": s, "iterations": it}, g)
-          for n, (g, s, it) in zip(NAMES, MENU)}
-  res = ge.run_set(name, form, base=base, cache=cache, limit=limit, weights=weights, menu=menu,
-                   log=log)
-  if res["over"]:
-    raise AssertionError(f"{name} {form}: {res['over']} selections over their budget")
-  per = res["per_question"]
-  out = {m: np.asarray([[per[n][b][m] for b in BUDGETS] for n in NAMES], np.float32).transpose(2, 0, 1)
-         for m in METRICS}  # [Q, K, B]
+def outcomes(cells: dict, name: str, grid, *, base, limit) -> dict:
+  """One set's requests from the runner's results (`cells`: `{form: runner.run_cell(...)}` of
+  the `AGENT_MENU` grid), stacked: `{metric: [Q, K, R]}` (R = forms x budgets, each question's
+  requests side by side), the request features `[Q, R, F]` and the query embeddings `[Q, D]`."""
+  data, feats, query = {m: [] for m in METRICS}, [], None
   examples = hop_features.load_examples(name, limit=limit)
-  enc = ge.encoder_for(name, form, base, cache)
-  feats = np.asarray([[request_features(hop_features.paragraph_passages(ex, form, enc.tokenizer), b,
-                                        form == "titled") for b in BUDGETS] for ex in examples])
-  query = enc.encode([ex.question for ex in examples], prompt_name="query")
-  return {**out, "query": np.asarray(query, np.float32), "features": feats}
-
-
-def outcomes(name: str, *, base, cache: str, limit, weights=None, embeddings: str = ge.CACHE,
-             log=print) -> dict:
-  """`run_set` over `FORMS`, requests stacked `[Q, R]` (R = forms × budgets: each question's
-  requests side by side), kept in `cache` per set, weights and jaxsel source; the texts'
-  embeddings in `embeddings` (shared with `granularity_eval`)."""
-  path = os.path.join(cache, f"menu_{name}_{limit}.npz")
-  stamp = json.dumps({"weights": weights or "shipped", "menu": NAMES,
-                      "jaxsel_source": context_eval.code_fingerprint()})
-  if os.path.exists(path):
-    data = dict(np.load(path))
-    if str(data.pop("stamp")) == stamp:
-      return data
-  runs = [run_set(name, f, base=base, cache=embeddings, limit=limit, weights=weights, log=log)
-          for f in FORMS]
-  data = {m: np.concatenate([r[m] for r in runs], axis=2) for m in METRICS}  # [Q, K, R]
-  data["features"] = np.concatenate([r["features"] for r in runs], axis=1)  # [Q, R, F]
-  data["query"] = runs[0]["query"]
-  os.makedirs(cache, exist_ok=True)
-  atomic_savez(path, stamp=np.asarray(stamp), **data)
-  return data
+  for form, r in cells.items():
+    if r["over"]:
+      raise AssertionError(f"{name} {form}: {r['over']} selections over their budget")
+    per = r["per_question"]
+    for m in METRICS:  # [Q, K, B]
+      data[m].append(np.asarray([[per[n][b][m] for b in grid.budgets] for n in NAMES],
+                                np.float32).transpose(2, 0, 1))
+    enc = runner.encoder_for(name, form, base, grid.cache)
+    feats.append(np.asarray([[request_features(hop_features.paragraph_passages(ex, form, enc.tokenizer),
+                                               b, form == "titled") for b in grid.budgets]
+                             for ex in examples]))
+    if query is None:
+      query = np.asarray(enc.encode([ex.question for ex in examples], prompt_name="query"), np.float32)
+  out = {m: np.concatenate(v, axis=2) for m, v in data.items()}
+  out["features"] = np.concatenate(feats, axis=1)
+  out["query"] = query
+  return out
 
 
 def _requests(data: dict):
@@ -174,47 +146,30 @@ def evaluate(data: dict, *, dim: int, epochs: int = 60, n_resamples: int = 10_00
   return rows
 
 
+def _entry(name: str) -> str:
+  return name.replace("/", ", ")
+
+
 def markdown(rows: dict) -> list:
-  """The table of `evaluate`'s rows (answer in context, %)."""
-  lines = ["| held out (questions) | agent | best fixed (on training) | default | Δ agent − fixed [CI] "
-           "| Δ agent − default [CI] | menu oracle | agent's choices |",
-           "|---|---|---|---|---|---|---|---|"]
-  for name, r in rows.items():
-    choices = ", ".join(f"{k} {v}" for k, v in r.get("choices", {}).items() if v)
-    lines.append(f"| {name} ({len(r['agent'])}) | {r['agent'].mean() * 100:.1f} | "
-                 f"{r['fixed'].mean() * 100:.1f} ({r['fixed_name']}) | {r['default'].mean() * 100:.1f} | "
-                 f"{context_eval.fmt_ci(r['vs_fixed'])} | {context_eval.fmt_ci(r['vs_default'])} | "
-                 f"{r['oracle'].mean() * 100:.1f} | {choices} |")
+  """The tables of `evaluate`'s rows (answer in context, %): the agent against the best fixed
+  entry and the default per held-out set, then each entry alone."""
+  lines = ["| held out (questions) | agent | best fixed on training | default (`passage`, "
+           "`learned_hops`, 15) | Δ agent − fixed | Δ agent − default | menu oracle |",
+           "|---|---|---|---|---|---|---|"]
+  pooled = [k for k in rows if k.startswith("pooled")]
+  for name in [k for k in rows if k not in pooled and k != "HotpotQA test"] + pooled + \
+      [k for k in rows if k == "HotpotQA test"]:
+    r = rows[name]
+    fixed = f"{r['fixed'].mean() * 100:.1f}" + (
+        f" ({_entry(r['fixed_name'])})" if r["fixed_name"] in NAMES else "")
+    label = f"**{name}**" if name in pooled else name
+    lines.append(f"| {label} ({len(r['agent'])}) | {r['agent'].mean() * 100:.1f} | {fixed} | "
+                 f"{r['default'].mean() * 100:.1f} | {context_eval.fmt_ci(r['vs_fixed'])} | "
+                 f"{context_eval.fmt_ci(r['vs_default'])} | {r['oracle'].mean() * 100:.1f} |")
+  held = [k for k in rows if "entries" in rows[k]]
+  lines += ["", "| entry (granularity, scorer, iterations) | " + " | ".join(held) + " |",
+            "|---" * (1 + len(held)) + "|"]
+  for i, n in enumerate(NAMES):
+    lines.append(f"| {_entry(n)}{' (the default)' if i == 0 else ''} | " +
+                 " | ".join(f"{rows[k]['entries'][n]:.1f}" for k in held) + " |")
   return lines
-
-
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--limit", type=int, default=100, help="first N questions of each set")
-  p.add_argument("--weights", default="", help="SET=path,...: learned weights trained without SET")
-  p.add_argument("--epochs", type=int, default=60)
-  p.add_argument("--resamples", type=int, default=10_000)
-  p.add_argument("--cache", default=CACHE, help="where the menu's outcomes are kept")
-  p.add_argument("--embeddings", default=ge.CACHE, help="embedding caches (granularity's)")
-  p.add_argument("--out", default=os.path.join(CACHE, "agent_menu.json"))
-  args = p.parse_args(argv)
-  weights = dict(kv.split("=", 1) for kv in args.weights.split(",") if kv)
-  base = jaxsel.load_encoder(hop_features.ENCODER)
-  data = {s: outcomes(s, base=base, cache=args.cache, limit=args.limit, weights=weights.get(s),
-                      embeddings=args.embeddings)
-          for s in (*GROUPS.values(), TEST)}
-  dim = data[TEST]["query"].shape[1]
-  rows = evaluate(data, dim=dim, epochs=args.epochs, n_resamples=args.resamples)
-  report = {k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in r.items()}
-            for k, r in rows.items()}
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  atomic_write(args.out, json.dumps(report, indent=1).encode("utf-8"))
-  print("\n".join(markdown(rows)))
-  for name, r in rows.items():
-    if "entries" in r:
-      print(name, "entries (aic %):", {k: round(v, 1) for k, v in r["entries"].items()})
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

@@ -18,7 +18,7 @@ picks per set and method; a rerun with everything cached takes a few minutes):
 * `notitle`: NaiveRAG, mentions_links and the default on HotpotQA test, MuSiQue and 2Wiki
   with bare paragraphs as documents (no `"title: "`).
 * `forms`: three candidate forms side by side on HotpotQA test, MuSiQue and 2Wiki
-  (`training/forms_eval.py`): whole paragraphs as `Passage`s with titles, the same without
+  (`python -m training forms`): whole paragraphs as `Passage`s with titles, the same without
   titles, and documents split by the Pipeline; NaiveRAG, the bridge scorer and the learned
   second-hop scorer (`--hop-weights SET=file` for a model trained without that dataset);
   strict joint recall (every gold paragraph picked whole) as the headline, any piece beside it.
@@ -46,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import jaxsel  # noqa: E402
 from training.files import atomic_write, file_sha256  # noqa: E402
-from training import agent_eval, answers, context_eval, crossval, forms_eval, qa_sets  # noqa: E402
+from training import agent_eval, answers, context_eval, crossval, grids, qa_sets, reports, runner  # noqa: E402
 from training.embedding_cache import CachedEncoder  # noqa: E402
 
 SECTION = "## Evaluation"
@@ -80,7 +80,7 @@ def parse_args(argv=None):
   p.add_argument("--forms-limit", default="",
                  help="part forms: SET=N,...: first N questions of SET only")
   p.add_argument("--forms-batched", action="store_true",
-                 help="part forms: whole paragraphs through the batched compiled solve, not select")
+                 help="part forms: each cell's questions through one select_many, not select")
   return p.parse_args(argv)
 
 
@@ -280,16 +280,17 @@ def tables_markdown(res: dict, budgets) -> list:
 def run_forms(ws: Workspace, budgets) -> dict:
   weights = dict(kv.split("=", 1) for kv in ws.args.hop_weights.split(",") if kv)
   limits = {k: int(v) for k, v in (kv.split("=", 1) for kv in ws.args.forms_limit.split(",") if kv)}
+  grid = grids.FORMS_GRID._replace(sets=NOTITLE_SETS, budgets=tuple(budgets))
   out = {}
   for name in NOTITLE_SETS:
-    for form in forms_eval.FORMS:
-      run = forms_eval.run_batched if ws.args.forms_batched and form != "split" else forms_eval.run_set
+    for form in grid.forms:
       if ws.args.forms_batched and form == "split" and name != qa_sets.TEST:
         continue  # split documents need embeddings of their pieces: HotpotQA test only then
-      res = run(name, form, base=ws._encoder(), cache=forms_eval.hop_features.CACHE,
-                               limit=limits.get(name), weights=weights.get(name), budgets=budgets,
-                               log=log)
-      out[f"{name}:{form}"] = forms_eval.summary(res, budgets, n_resamples=ws.args.resamples)
+      res = runner.run_cell(grid, name, form, base=ws._encoder(), limit=limits.get(name),
+                            weights=weights.get(name, grids.hops.WEIGHTS),
+                            store=os.path.join(ws.args.cache, "runs"),
+                            batched=ws.args.forms_batched, log=log)
+      out[f"{name}:{form}"] = reports.forms_summary(res, budgets, n_resamples=ws.args.resamples)
       jax.clear_caches()
   return {"rows": out, "weights": weights, "limits": limits}
 
@@ -398,7 +399,7 @@ def markdown(report: dict, command: str) -> str:
               "without that dataset (" + (", ".join(f"{k}: `{v}`" for k, v in f["weights"].items()) or "shipped weights")
               + "). Oracle room: whole gold paragraphs, cheapest first, minus NaiveRAG."
               + (" Subsets: " + ", ".join(f"first {v} of {k}" for k, v in f["limits"].items()) + "." if f["limits"] else ""), ""]
-    lines += forms_eval.forms_markdown(f["rows"], budgets)
+    lines += reports.forms_markdown(f["rows"], budgets, {c.name: c.label for c in grids.FORMS_GRID.configs})
   if "notitle" in report:
     lines += ["### Documents without titles", "",
               "The same questions with bare paragraphs as documents (no leading `title: `): the bridge "

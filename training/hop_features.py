@@ -9,7 +9,7 @@ the Pipeline's query `[D]` and passage `[N, D]` embeddings and the bridge text s
 (`methods.text_signals`).
 
 Embeddings are computed through a `CachedEncoder` (one `.npz` per set and form under
-`--cache`, shared with `training/forms_eval.py`'s Pipeline runs), so later runs read them:
+`--cache`, shared with the Pipeline runs of `python -m training forms`), so later runs read them:
 
     python -m training features --sets hotpot_test,hotpot_dev_train,musique,2wiki
 """

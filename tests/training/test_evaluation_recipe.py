@@ -190,14 +190,14 @@ def test_cross_dataset_choice_and_agent_labels():
   assert agent_eval.labels(joint, recall).tolist() == [0, 1, 0]
 
 
-def test_forms_eval_against_an_earlier_run_counts_gains_and_losses():
-  from training import forms_eval
+def test_forms_against_an_earlier_run_counts_gains_and_losses():
+  from training import reports
   before = {"2wiki:untitled:256:learned_hops": np.array([1, 0, 0, 1], np.float32),
             "2wiki:untitled:256:naive": np.array([0, 0, 0, 0], np.float32)}
   now = {"2wiki:untitled:256:learned_hops": np.array([1, 1, 1, 0], np.float32),
          "musique:titled:128:naive": np.array([1.0], np.float32)}  # not in `before`: left out
-  lines = forms_eval.paired_lines(now, before)
+  lines = reports.paired_lines(now, before)
   assert len(lines) == 3
   assert lines[2].startswith("| 2Wiki | untitled | 256 | learned_hops | 50.0 | 75.0 | +2 / -1 | +25.0 [")
   with pytest.raises(ValueError, match="same --limit"):
-    forms_eval.paired_lines({"2wiki:untitled:256:naive": np.zeros(3)}, before)
+    reports.paired_lines({"2wiki:untitled:256:naive": np.zeros(3)}, before)

@@ -368,12 +368,14 @@ def test_label_queries_answer_options_need_label_by_answers():
 
 
 def test_one_command_runs_every_research_entry_point(capsys):
-  """`python -m training COMMAND`: each command names a module of the folder with `main(argv)`;
-  an unknown command is refused with the list."""
+  """`python -m training COMMAND`: each command names a module of the folder with `main(argv)`,
+  or a function (`module:function`, the runner's grids); an unknown command is refused with the
+  list."""
   import importlib
   from training import __main__ as command
-  for name, module in command.COMMANDS.items():
-    assert callable(importlib.import_module(f"training.{module}").main), name
+  for name, target in command.COMMANDS.items():
+    module, _, function = target.partition(":")
+    assert callable(getattr(importlib.import_module(f"training.{module}"), function or "main")), name
   assert command.main(["bogus"]) == 2 and "unknown command 'bogus'" in capsys.readouterr().err
   assert command.main([]) == 0 and "python -m training defaults" in capsys.readouterr().out
 
