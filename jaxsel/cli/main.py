@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from jaxsel.defaults import DEFAULT_MAX_NEW_TOKENS
+from jaxsel.defaults import DEFAULT_GRANULARITY, DEFAULT_MAX_NEW_TOKENS
 from jaxsel.cli.common import (CLIError, COMPILE_CACHE_ENV, DEFAULT_BUDGET, EMBEDDING_CACHE_ENV,
                                LARGE_INPUT_CHARS, arg_finite, arg_seconds, arg_tokens, arg_whole,
                                cache_dir, check_args, compile_cache_dir, default_model,
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--prompt", action="store_true", help="print the LLM prompt instead of a table")
   p.add_argument("--max-per-doc", type=arg_whole, default=None, metavar="N",
                  help="pick at most N passages from each file (each document a group)")
-  p.add_argument("--granularity", choices=GRANULARITIES, default="passage",
+  p.add_argument("--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
                  help="passage (default: each candidate sent whole), sentence (a passage sent "
                       "whole or as runs of its sentences, with its heading, in one budget) or auto "
                       "(sentence when the budget cannot hold every passage whole)")

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 import numpy as np
 
 import jaxsel
+from jaxsel.defaults import DEFAULT_GRANULARITY
 ORDERS = ("input", "selection")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_METHOD = jaxsel.default_method(True)  # the adapters always have a query
@@ -71,7 +72,7 @@ def check_order(order) -> str:
 
 
 def check_settings(*, method, budget, k, order, group_by=None, max_per_group=None,
-                   granularity="passage") -> None:
+                   granularity=DEFAULT_GRANULARITY) -> None:
   """The library's checks of what `Pipeline.pick` takes (`Pipeline.check_pick`: a budget is a
   whole number >= 1, as a float such as 512.0 is; 0 would select nothing, ever), and the
   adapters' own (`order`, `group_by`)."""
@@ -204,7 +205,7 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
                       query_embedding: Optional[np.ndarray], method: str, budget, k, min_gain,
                       order: str, what: str, query_hint: str,
                       contents: Optional[Sequence[str]] = None, groups: Optional[list] = None,
-                      max_per_group: Optional[int] = None, granularity: str = "passage",
+                      max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
                       tokenizer=None, overhead: Optional[np.ndarray] = None):
   """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
 

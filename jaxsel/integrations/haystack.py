@@ -20,6 +20,7 @@ import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, require, resolve_method, select_candidates,
                                         stack_embeddings, TokenizerLike, group_labels)
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 require("haystack", "Haystack", "haystack")
 
@@ -77,7 +78,7 @@ class JaxselRanker:
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None, granularity: str = "passage"):
+               max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
                    max_per_group=max_per_group, granularity=granularity)
@@ -145,16 +146,20 @@ class JaxselRanker:
     texts = [d.content for d in documents]
     costs = candidate_costs(pipeline, self.tokenizer, texts)
     emb = query_emb = None
-    if self.reuse_embeddings and self.granularity == "passage":
+    budget = self.budget if budget is None else budget
+    if self.reuse_embeddings and self.granularity != "sentence":
       emb = stack_embeddings([d.embedding for d in documents], "document")
+    granularity = jaxsel.Pipeline.resolve_granularity(  # "auto": passages with embeddings
+        self.granularity, budget=budget, costs=costs, embeddings=emb is not None)
+    if emb is not None:
       query_emb = as_query_embedding(query_embedding, "query_embedding")
     picks, _ = select_candidates(
         pipeline, query, texts, costs, embeddings=emb, query_embedding=query_emb,
-        method=self.method, budget=self.budget if budget is None else budget,
+        method=self.method, budget=budget,
         k=self.k if k is None else k, min_gain=self.min_gain, order=self.order,
         what="document", query_hint="connect the query's embedding to `query_embedding`",
         groups=group_labels([d.meta for d in documents], self.group_by),
-        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self.tokenizer)
+        max_per_group=self.max_per_group, granularity=granularity, tokenizer=self.tokenizer)
     out = []
     for p in picks:
       doc = documents[p.index]

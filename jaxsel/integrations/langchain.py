@@ -20,6 +20,7 @@ from jaxsel.integrations._common import (as_query_embedding, build_pipeline, can
                                         check_settings, DEFAULT_METHOD, require, resolve_method,
                                         select_candidates, stack_embeddings, TokenizerLike,
                                         group_labels)
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 require("langchain_core", "LangChain", "langchain")
 
@@ -88,7 +89,7 @@ class JaxselCompressor(BaseDocumentCompressor):
   reuse_embeddings: bool = True
   group_by: Optional[str] = None
   max_per_group: Optional[int] = None
-  granularity: str = "passage"
+  granularity: str = DEFAULT_GRANULARITY
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -98,7 +99,7 @@ class JaxselCompressor(BaseDocumentCompressor):
                tokenizer: TokenizerLike = None, order: str = "input",
                embeddings: Optional[Embeddings] = None, embedding_key: str = "embedding",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None, granularity: str = "passage",
+               max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
                **kwargs: Any):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
@@ -138,7 +139,9 @@ class JaxselCompressor(BaseDocumentCompressor):
       return []
     texts = [d.page_content for d in documents]
     costs = candidate_costs(self._pipeline, self._tokenizer, texts)
-    emb = None if self.granularity != "passage" else self._embeddings(documents, texts)
+    emb = None if self.granularity == "sentence" else self._embeddings(documents, texts)
+    granularity = jaxsel.Pipeline.resolve_granularity(  # "auto": passages with embeddings
+        self.granularity, budget=self.budget, costs=costs, embeddings=emb is not None)
     query_emb = None
     if emb is not None and self.embeddings is not None:
       query_emb = as_query_embedding(self.embeddings.embed_query(query), "query embedding")
@@ -148,7 +151,7 @@ class JaxselCompressor(BaseDocumentCompressor):
         order=self.order, what="document",
         query_hint="pass your vector store's `embeddings=` model to embed the query",
         groups=group_labels([d.metadata for d in documents], self.group_by),
-        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self._tokenizer)
+        max_per_group=self.max_per_group, granularity=granularity, tokenizer=self._tokenizer)
     out = []
     for p in picks:
       doc = documents[p.index]

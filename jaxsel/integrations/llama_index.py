@@ -18,6 +18,7 @@ from jaxsel.integrations._common import (as_query_embedding, build_pipeline, can
                                         check_settings, DEFAULT_METHOD, require, resolve_method,
                                         select_candidates, stack_embeddings, TokenizerLike,
                                         group_labels)
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 require("llama_index.core", "LlamaIndex", "llama-index")
 
@@ -82,7 +83,8 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
                                  description="Use the nodes' embeddings when all have one.")
   group_by: Optional[str] = Field(default=None, description="Metadata key that groups nodes.")
   max_per_group: Optional[int] = Field(default=None, description="Most nodes kept per group.")
-  granularity: str = Field(default="passage", description="'passage' or 'sentence'.")
+  granularity: str = Field(default=DEFAULT_GRANULARITY,
+                           description="'auto' (default), 'passage' or 'sentence'.")
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -91,7 +93,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None, granularity: str = "passage",
+               max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
                **kwargs: Any):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
@@ -123,11 +125,14 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     costs = candidate_costs(self._pipeline, self._tokenizer, llm_texts)
     contents = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
     emb = query_emb = overhead = None
-    if self.granularity != "passage":  # parts of the nodes' own text, and what metadata adds
+    if self.reuse_embeddings and self.granularity != "sentence":
+      emb = stack_embeddings([n.node.embedding for n in nodes], "node")
+    granularity = jaxsel.Pipeline.resolve_granularity(  # "auto": passages with embeddings
+        self.granularity, budget=self.budget, costs=costs, embeddings=emb is not None)
+    if granularity != "passage":  # parts of the nodes' own text, and what metadata adds
       texts = contents
       overhead = costs - candidate_costs(self._pipeline, self._tokenizer, contents)
-    elif self.reuse_embeddings:
-      emb = stack_embeddings([n.node.embedding for n in nodes], "node")
+    elif emb is not None:
       query_emb = as_query_embedding(query_bundle.embedding, "QueryBundle.embedding")
     with self.callback_manager.event(
         CBEventType.RERANKING,
@@ -139,7 +144,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
           query_embedding=query_emb, method=self.method, budget=self.budget, k=self.k,
           min_gain=self.min_gain, order=self.order, what="node",
           contents=contents, groups=group_labels([n.node.metadata for n in nodes], self.group_by),
-          max_per_group=self.max_per_group, granularity=self.granularity,
+          max_per_group=self.max_per_group, granularity=granularity,
           tokenizer=self._tokenizer, overhead=overhead,
           query_hint="give the query embedding (`QueryBundle(query_str, embedding=...)`)")
       out = [NodeWithScore(node=nodes[p.index].node if p.text is None else

@@ -34,6 +34,7 @@ from jaxsel.serve import models
 from jaxsel.serve.batcher import MicroBatcher
 from jaxsel.serve.engine import Engine, Job, Outcome, RequestError
 from jaxsel.serve.metrics import Metrics
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 log = logging.getLogger("jaxsel.serve")
 
@@ -357,7 +358,7 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
   if body.method is not None and body.method not in jaxsel.available_methods():
     raise RequestError(f"unknown method {_cut(repr(body.method), 100)}; use one of "
                        f"{', '.join(jaxsel.available_methods())}", "method")
-  granularity = body.granularity or "passage"
+  granularity = body.granularity or DEFAULT_GRANULARITY
   select = body.budget_tokens is not None or body.method is not None or granularity == "sentence"
   # `pinned`, `groups` and `max_per_group` are the library's to check (`Pipeline.pick_many`),
   # as blank documents are: its errors come back in the request's field names (`_http_error`).

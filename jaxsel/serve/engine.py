@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 import jaxsel
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 log = logging.getLogger("jaxsel.serve")
 
@@ -56,7 +57,7 @@ class Job:
   embeddings: Optional[np.ndarray] = None  # [N, D] float32, the caller's
   query_embedding: Optional[np.ndarray] = None  # [D]
   max_tokens_per_doc: Optional[int] = None
-  granularity: str = "passage"
+  granularity: str = DEFAULT_GRANULARITY
 
   @property
   def constrained(self) -> bool:

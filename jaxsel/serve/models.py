@@ -62,9 +62,11 @@ class Extensions(BaseModel):
                   "Relevance is their cosine with `query_embedding`.")
   query_embedding: Optional[list[float]] = Field(
       None, description="jaxsel: `[D]` embedding of the query (goes with `embeddings`).")
-  granularity: Optional[Literal["passage", "sentence"]] = Field(
+  granularity: Optional[Literal["auto", "passage", "sentence"]] = Field(
       None,
-      description="jaxsel: `passage` (default: each document kept whole) or `sentence`: a "
+      description="jaxsel: `auto` (default: `sentence` where `budget_tokens` is tight for the "
+                  "documents, else `passage`; `passage` without a budget or with "
+                  "`embeddings`), `passage` (each document kept whole) or `sentence`: a "
                   "document is kept whole or as runs of its sentences, all within the budget "
                   "(a selection; the server's encoder embeds the sentences, so not with "
                   "`embeddings`). A part's result gives its `start` and `end` in the document.")

@@ -101,14 +101,14 @@ def test_a_heading_goes_with_the_sentence_after_it():
       "## Manchester United F.C. season\n\nThe season was their fourth.", "They won.", "## End"]
 
 
-def test_passage_granularity_is_todays_selection(pipe):
+def test_the_default_granularity_is_auto(pipe):
   ps = passages_of(pipe, DOCS)
   for method in METHODS:
     p = pipe.replace(method=method)
     for source in (DOCS, ps):
-      a, b = p.select(Q, source, budget=200), p.select(Q, source, budget=200, granularity="passage")
+      a, b = p.select(Q, source, budget=200), p.select(Q, source, budget=200, granularity="auto")
       assert a.passages == b.passages and np.array_equal(a.indices, b.indices)
-      assert a.context() == b.context() and b.granularity == "passage"
+      assert a.context() == b.context() and a.granularity == b.granularity
 
 
 @pytest.mark.parametrize("bad", ["paragraph", "Sentence", "", None, 1])

@@ -19,7 +19,8 @@ TURNS = ["What government position was held by the woman who portrayed Corliss A
 @pytest.fixture(scope="module")
 def results():
   pipe = jaxsel.Pipeline(jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2"))
-  return [pipe.select(q, [DOC], budget=256) for q in TURNS]
+  # Whole passages: a run of sentences cut otherwise in the next turn is a new piece.
+  return [pipe.select(q, [DOC], budget=256, granularity="passage") for q in TURNS]
 
 
 def test_every_order_is_a_permutation_of_the_picks(results):

@@ -65,7 +65,7 @@ def test_pick_many_equals_pick_on_each_request(pipe):
 def test_records_costs_keep_and_groups(pipe):
   records = [{"text": t, "title": f"t{i}"} for i, t in enumerate(PARAS[:6])]
   costs = [10] * 6
-  res = pipe.replace(method="naive").pick(Q, records, budget=30, costs=costs,
+  res = pipe.replace(method="naive").pick(Q, records, budget=30, costs=costs, granularity="passage",
                                           keep=[True, False, True, True, True, True])
   assert len(res.picks) == 3 and all(q.tokens == 10 for q in res.picks)  # the costs given
   assert 1 not in [q.document for q in res.picks]  # `keep` said no

@@ -154,7 +154,8 @@ def test_the_default_corag_is_the_learned_hops_search_then_a_relevance_top_up(en
   "learned_hops" scorer, `corag_search` (15 iterations, c 2.0, λ 0.2) and the top-up."""
   docs = [f"{t}: {DOC[a:a + 300]}" for t, a in (("Kiss and Tell", 0), ("Shirley Temple", 2000),
                                                  ("Janet Waldo", 4000), ("Meet Corliss Archer", 600))]
-  res = Pipeline(enc, method="corag", max_tokens=60).select(Q0, docs, budget=150)
+  res = Pipeline(enc, method="corag", max_tokens=60).select(Q0, docs, budget=150,
+                                                            granularity="passage")
   passages = split(enc, docs, max_tokens=60)
   costs = sent(enc, passages)
   sig = methods.text_signals([p.text for p in passages], [p.doc for p in passages],
@@ -170,7 +171,8 @@ def test_the_default_corag_is_the_learned_hops_search_then_a_relevance_top_up(en
   want = _top_up_reference(searched, costs, np.asarray(methods.best_relevance(req)), 150.0)
   assert res.indices.tolist() == want and res.cost <= 150
   assert len(want) >= len(searched)
-  no_top_up = Pipeline(enc, method="corag", max_tokens=60, top_up=False).select(Q0, docs, budget=150)
+  no_top_up = Pipeline(enc, method="corag", max_tokens=60, top_up=False).select(
+      Q0, docs, budget=150, granularity="passage")
   assert no_top_up.indices.tolist() == searched
 
 
@@ -307,7 +309,7 @@ def test_index_source_and_default_index(enc, tmp_path):
 
 def test_result_prompt_json_table_and_plot(enc, tmp_path):
   res = Pipeline(enc, max_tokens=80, method="facility_location").select(
-      [Q0, "Who is Shirley Temple?"], [SMALL], budget=200)
+      [Q0, "Who is Shirley Temple?"], [SMALL], budget=200, granularity="passage")
   prompt = res.prompt()
   assert prompt.startswith("Answer the question") and prompt.rstrip().endswith("Answer:")
   assert Q0 in prompt and "Who is Shirley Temple?" in prompt
@@ -565,7 +567,7 @@ def test_late_chunking_embeds_each_document_once(enc):
   (`encode_chunks`), in relevance and similarity alike; the index is built the same way."""
   docs = [SMALL, DOC[2000:3500]]
   pipe = Pipeline(enc, max_tokens=80, late_chunking=True)
-  res = pipe.select(Q0, docs, budget=150, min_gain=0.0)
+  res = pipe.select(Q0, docs, budget=150, min_gain=0.0, granularity="passage")
   passages = split(enc, docs)
   assert res.candidates == passages
   e = np.zeros((len(passages), enc.dim), np.float32)
@@ -575,6 +577,7 @@ def test_late_chunking_embeds_each_document_once(enc):
                                            prompt_name="passage"))
   as_sent = [dataclasses.replace(p, tokens=int(c)) for p, c in zip(passages, sent(enc, passages))]
   own = Pipeline(enc, max_tokens=80).select(Q0, as_sent, budget=150, min_gain=0.0, embeddings=e,
+                                           granularity="passage",
                                            query_embeddings=enc.encode([Q0], prompt_name="query"))
   np.testing.assert_array_equal(res.indices, own.indices)
   np.testing.assert_allclose(res.candidate_scores, own.candidate_scores, atol=1e-6)

@@ -170,8 +170,8 @@ def test_select_reports_the_readers_count_of_the_context(tiny, smol_tokenizer, m
   for budget in (48, 200):
     res = pipe.select("Who portrayed Corliss Archer in Kiss and Tell?", DOCS, budget=budget)
     assert len(res) and res.cost == counter.count_one(res.context()) <= budget
-    # Passages are split and costed in the reader's tokens too.
-    assert all(p.tokens == counter.count_one(p.text) for p in res.candidates)
+    # Passages are split (and cut into sentences) and costed in the reader's tokens too.
+    assert all(p.tokens == counter.count_one(p.sent_text) for p in res.candidates)
   # select_many: the same costs and picks as select.
   many = pipe.select_many([("Who wrote it?", DOCS), ("東京", DOCS[1:])], budget=120)
   for (q, docs), got in zip([("Who wrote it?", DOCS), ("東京", DOCS[1:])], many):

@@ -28,9 +28,10 @@ from jaxsel._src import checks, methods
 from jaxsel._src.pipeline.granularity import check_granularity
 from jaxsel._src.pipeline.request import Request
 from jaxsel._src.text import Passage
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 
-def check_settings(*, method=None, budget=None, k=None, granularity: str = "passage",
+def check_settings(*, method=None, budget=None, k=None, granularity: str = DEFAULT_GRANULARITY,
                    max_per_group=None, query: bool = True) -> None:
   """`Pipeline.check_pick`: `pick`'s settings, checked before any document is seen. A budget
   of whole documents' tokens is a whole number >= 1 (0 would select nothing, ever); `method`
@@ -99,7 +100,7 @@ def _pinned(pinned, n: int, keep: list, name: str) -> Optional[list]:
 
 
 def request(counter, queries: list, documents, *, where: Optional[int] = None, budget=None,
-            k=None, granularity: str = "passage", pinned=None, groups=None, max_per_group=None,
+            k=None, granularity: str = DEFAULT_GRANULARITY, pinned=None, groups=None, max_per_group=None,
             embeddings=None, query_embeddings=None, costs=None, keep=None) -> Request:
   """The `Request` of `documents` (see the module docstring): the documents that may be picked
   as `Passage`s (`doc`: their index as given), costed by `costs` or `counter`."""

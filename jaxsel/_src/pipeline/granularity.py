@@ -63,6 +63,19 @@ def check_granularity(granularity, *, unit: str = "passage", embeddings: bool = 
   return granularity
 
 
+def resolve(granularity: str, *, budget, costs, embeddings: bool = False,
+            unit: str = "passage") -> str:
+  """`granularity`, with ``"auto"`` resolved for a request of candidates costing `costs` (`[M]`,
+  as sent) under `budget`: ``"sentence"`` when the budget cannot hold every candidate whole,
+  else ``"passage"`` (so also without a budget, with the caller's `embeddings` of whole
+  passages, and for words)."""
+  if granularity != "auto":
+    return granularity
+  if budget is None or embeddings or unit == "word":
+    return "passage"
+  return "sentence" if float(np.sum(costs)) > float(budget) else "passage"
+
+
 def sentences(passages: list, counter: TokenCounter) -> tuple:
   """`[M]` passages -> (`[N]` sentence `Passage`s, `parents [N]` int32: each one's passage,
   the `[M]` passages). Each sentence's `tokens` are `counter`'s count of what it is sent as

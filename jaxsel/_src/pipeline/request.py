@@ -30,6 +30,7 @@ from jaxsel._src.pipeline import candidates as cands_lib
 from jaxsel._src.pipeline import granularity as granularity_lib
 from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import width as width_lib
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 
 class Request(NamedTuple):
@@ -41,7 +42,7 @@ class Request(NamedTuple):
   documents: Any = None  # documents, `Passage`s, a `VectorIndex`, or None (the pipeline's index)
   budget: Optional[float] = None
   k: Optional[int] = None
-  granularity: str = "passage"
+  granularity: str = DEFAULT_GRANULARITY
   pinned: Any = None
   groups: Any = None
   max_per_group: Optional[int] = None
@@ -165,17 +166,10 @@ def _checked(pipe, r: Request) -> tuple:
 
 
 def resolved_granularity(r: Request, cands: cands_lib.Candidates, *, unit: str) -> str:
-  """`r`'s granularity; ``"auto"``: its passages' sentences (``"sentence"``) when its budget
-  cannot hold every passage whole, else the passages whole (``"passage"``; so also without a
-  budget, with the caller's embeddings of whole passages, and for words). Measured on
-  multi-hop QA (`training/RESULTS.md`, "Granularity"): sentences keep more supporting facts
-  at 128 and 256 tokens on every set and form, and at 384 on 2Wiki; at 384 tokens on HotpotQA
-  whole paragraphs keep as many or more (90 vs 90 titled, 83 vs 76 untitled)."""
-  if r.granularity != "auto":
-    return r.granularity
-  if r.budget is None or r.embeddings is not None or unit == "word":
-    return "passage"
-  return "sentence" if float(np.sum(cands.costs)) > float(r.budget) else "passage"
+  """`r`'s granularity, ``"auto"`` resolved by `granularity.resolve` from its budget and its
+  candidates' costs as sent."""
+  return granularity_lib.resolve(r.granularity, budget=r.budget, costs=cands.costs,
+                                 embeddings=r.embeddings is not None, unit=unit)
 
 
 def _embedded(pipe, r: Request, cands: cands_lib.Candidates) -> tuple:

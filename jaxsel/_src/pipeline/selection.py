@@ -32,6 +32,7 @@ from jaxsel._src.pipeline.request import Request
 from jaxsel._src.pipeline.result import Answer, SelectionResult
 from jaxsel._src.scorers.hops import load_hop_params
 from jaxsel._src.tokens import TokenCounter, token_counter
+from jaxsel.defaults import DEFAULT_GRANULARITY
 
 
 class Pipeline:
@@ -185,7 +186,7 @@ class Pipeline:
              min_gain: Optional[float] = None, embeddings=None,
              query_embeddings=None, sources=None, pinned=None, groups=None,
              max_per_group: Optional[int] = None,
-             granularity: str = "passage") -> SelectionResult:
+             granularity: str = DEFAULT_GRANULARITY) -> SelectionResult:
     """Picks passages for `queries` from `documents_or_index`, in order, within `budget`.
 
     Args:
@@ -233,7 +234,7 @@ class Pipeline:
                   groups: Optional[Sequence] = None, max_per_group: Optional[int] = None,
                   embeddings: Optional[Sequence] = None,
                   query_embeddings: Optional[Sequence] = None,
-                  granularity: str = "passage") -> list:
+                  granularity: str = DEFAULT_GRANULARITY) -> list:
     """Runs independent requests `[(queries, documents), ...]` in one batched call.
 
     Each request is embedded as `select` embeds it (texts seen before come from the embedding
@@ -259,7 +260,7 @@ class Pipeline:
     return self._select(values, min_gain)
 
   def pick(self, queries, documents, *, budget=None, k: Optional[int] = None,
-           min_gain: Optional[float] = None, granularity: str = "passage", pinned=None,
+           min_gain: Optional[float] = None, granularity: str = DEFAULT_GRANULARITY, pinned=None,
            groups=None, max_per_group: Optional[int] = None, embeddings=None,
            query_embeddings=None, costs=None, keep=None) -> SelectionResult:
     """Selects among an application's `documents` as they are: what `jaxsel serve` and the
@@ -278,9 +279,10 @@ class Pipeline:
     return self._select([value], min_gain)[0]
 
   check_pick = staticmethod(front.check_settings)
+  resolve_granularity = staticmethod(granularity_lib.resolve)
 
   def pick_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
-                min_gain: Optional[float] = None, granularity: str = "passage", pinned=None,
+                min_gain: Optional[float] = None, granularity: str = DEFAULT_GRANULARITY, pinned=None,
                 groups=None, max_per_group: Optional[int] = None, embeddings=None,
                 query_embeddings=None, costs=None, keep=None) -> list:
     """`pick` of many `(queries, documents)` requests in one batched call, as `select_many`:
