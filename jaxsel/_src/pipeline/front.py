@@ -100,8 +100,9 @@ def _pinned(pinned, n: int, keep: list, name: str) -> Optional[list]:
 
 
 def request(counter, queries: list, documents, *, where: Optional[int] = None, budget=None,
-            k=None, granularity: str = DEFAULT_GRANULARITY, pinned=None, groups=None, max_per_group=None,
-            embeddings=None, query_embeddings=None, costs=None, keep=None) -> Request:
+            k=None, granularity: str = DEFAULT_GRANULARITY, pinned=None, groups=None,
+            max_per_group=None, embeddings=None, query_embeddings=None, costs=None,
+            keep=None) -> Request:
   """The `Request` of `documents` (see the module docstring): the documents that may be picked
   as `Passage`s (`doc`: their index as given), costed by `costs` or `counter`."""
   name = "" if where is None else f"requests[{where}]."

@@ -282,8 +282,8 @@ class Pipeline:
   resolve_granularity = staticmethod(granularity_lib.resolve)
 
   def pick_many(self, requests: Sequence, *, budget=None, k: Optional[int] = None,
-                min_gain: Optional[float] = None, granularity: str = DEFAULT_GRANULARITY, pinned=None,
-                groups=None, max_per_group: Optional[int] = None, embeddings=None,
+                min_gain: Optional[float] = None, granularity: str = DEFAULT_GRANULARITY,
+                pinned=None, groups=None, max_per_group: Optional[int] = None, embeddings=None,
                 query_embeddings=None, costs=None, keep=None) -> list:
     """`pick` of many `(queries, documents)` requests in one batched call, as `select_many`:
     `pinned`, `groups`, `embeddings`, `query_embeddings`, `costs` and `keep` hold one entry
