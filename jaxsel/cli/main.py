@@ -102,9 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max-per-doc", type=arg_whole, default=None, metavar="N",
                  help="pick at most N passages from each file (each document a group)")
   p.add_argument("--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY,
-                 help="passage (default: each candidate sent whole), sentence (a passage sent "
-                      "whole or as runs of its sentences, with its heading, in one budget) or auto "
-                      "(sentence when the budget cannot hold every passage whole)")
+                 help="auto (default: sentence when the budget cannot hold every passage whole, "
+                      "else passage), passage (each candidate sent whole) or sentence (a passage "
+                      "sent whole or as runs of its sentences, with its heading, in one budget)")
   _common(p)
   _late_chunking(p)
   p.set_defaults(func=cmd_select)

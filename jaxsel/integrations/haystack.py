@@ -66,8 +66,9 @@ class JaxselRanker:
     reuse_embeddings: use the documents' own embeddings when they all have one.
     group_by, max_per_group: keep at most `max_per_group` documents per value of
       `meta[group_by]` (e.g. ``"file_path"``; a document without the key is its own group).
-    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``
-      (``"auto"``: ``"sentence"`` when the budget cannot hold every one whole): a document is
+    granularity: ``"auto"`` (default): ``"sentence"`` when the budget cannot hold every
+      document whole, else ``"passage"`` (so also without a budget, and with stored embeddings,
+      which are then used); ``"passage"``: documents kept whole; ``"sentence"``: a document is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
       content is `content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
       meta); the sentences are embedded by jaxsel's encoder, not with stored embeddings.

@@ -70,8 +70,9 @@ class JaxselCompressor(BaseDocumentCompressor):
     reuse_embeddings: use the documents' stored embeddings.
     group_by, max_per_group: keep at most `max_per_group` documents per value of
       `metadata[group_by]` (e.g. ``"source"``; a document without the key is its own group).
-    granularity: ``"passage"`` (default: documents kept whole) or ``"sentence"``
-      (``"auto"``: ``"sentence"`` when the budget cannot hold every one whole): a document is
+    granularity: ``"auto"`` (default): ``"sentence"`` when the budget cannot hold every
+      document whole, else ``"passage"`` (so also without a budget, and with stored embeddings,
+      which are then used); ``"passage"``: documents kept whole; ``"sentence"``: a document is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
       page_content is `page_content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
       metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.

@@ -66,8 +66,9 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
     reuse_embeddings: use the nodes' own embeddings when they all have one.
     group_by, max_per_group: keep at most `max_per_group` nodes per value of
       `node.metadata[group_by]` (e.g. ``"file_name"``; a node without the key is its own group).
-    granularity: ``"passage"`` (default: nodes kept whole) or ``"sentence"``
-      (``"auto"``: ``"sentence"`` when the budget cannot hold every one whole): a node is
+    granularity: ``"auto"`` (default): ``"sentence"`` when the budget cannot hold every
+      node whole, else ``"passage"`` (so also without a budget, and with stored embeddings,
+      which are then used); ``"passage"``: nodes kept whole; ``"sentence"``: a node is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
       text is `text[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
       metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.

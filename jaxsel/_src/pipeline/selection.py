@@ -215,12 +215,14 @@ class Pipeline:
         `max_per_group`. Default: each passage's `doc` (its document).
       max_per_group: the most picks per group (pinned ones count). Every method honours the
         three (greedy and CORAG in the core, NaiveRAG and MMR in their fill).
-      granularity: ``"passage"`` (the default: each candidate is sent whole) or ``"sentence"``:
-        the candidates are the passages' sentences, and each passage is sent whole or as runs
-        of its picked sentences (with its title where a run does not hold it), all within the
-        one budget; `k`, `pinned` and `max_per_group` still count passages (the sentences'
-        passages: parts of at most `k` of them are sent); ``"auto"``: ``"sentence"`` when
-        the budget cannot hold every passage whole, else ``"passage"``. See docs/pipeline.md.
+      granularity: ``"auto"`` (the default): ``"sentence"`` when the budget cannot hold every
+        passage whole, else ``"passage"`` (also without a budget, with `embeddings`, for
+        words); the result's `granularity` says which. ``"passage"``: each candidate is sent
+        whole. ``"sentence"``: the candidates are the passages' sentences, and each passage is
+        sent whole or as runs of its picked sentences (with its title where a run does not
+        hold it), all within the one budget; `k`, `pinned` and `max_per_group` still count
+        passages (the sentences' passages: parts of at most `k` of them are sent). See
+        docs/pipeline.md.
     """
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=embeddings is not None)
