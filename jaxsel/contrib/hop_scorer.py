@@ -1,5 +1,5 @@
 """The learned second-hop CORAG scorer's parts (registry name ``"learned_hops"``), for code
-that trains or sweeps it (`training/train_hops.py`, `training/forms_eval.py`).
+that trains or sweeps it (`python -m training train-hops`, `python -m training forms`).
 
     from jaxsel.contrib import hop_scorer
     params = hop_scorer.load_hop_params()             # the shipped weights, SHA-256 checked

@@ -237,7 +237,7 @@ def test_training_loss_falls_and_a_checkpoint_resumes_bit_identically(tmp_path):
 
 def test_shipped_weights_reproduce_the_recorded_picks_offline():
   # tests/data/hop_scorer_reference.json: the first 8 HotpotQA test questions without titles at
-  # 256 tokens, recorded by `training/forms_eval.py --record` with the shipped weights; here
+  # 256 tokens, recorded by `python -m training forms --record` with the shipped weights; here
   # recomputed with the real all-MiniLM-L6-v2 through Pipeline.select_many.
   with open(os.path.join(ROOT, "tests", "data", "hop_scorer_reference.json")) as f:
     ref = json.load(f)
