@@ -59,7 +59,7 @@ def test_select_with_queries_json_within_budget(files):
   source = path.read_text("utf-8")
   code, out = run(["select", str(path), "--query", QUESTION["question_text"], "--query",
                    "Who played Corliss Archer?", "--budget", "120", "--json", "--quiet",
-                   "--method", "facility_location"])
+                   "--method", "facility_location", "--granularity", "passage"])
   assert code == 0
   d = json.loads(out)
   assert set(d) == {"method", "queries", "budget", "cost", "num_candidates", "saturation",
