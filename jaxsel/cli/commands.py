@@ -47,7 +47,7 @@ def cmd_select(args, out) -> None:
   queries = args.query or []
   unit = args.unit or ("passage" if queries else "sentence")
   pipe = make_pipeline(args, args.method, unit)  # default: corag with queries, coverage without
-  announce_large_input(pipe, texts)
+  announce_large_input(pipe, texts, granularity=args.granularity, budget=args.budget)
   _emit(args, _select(pipe, queries, texts, args, sources=sources,
                       max_per_group=args.max_per_doc, granularity=args.granularity), out)
 

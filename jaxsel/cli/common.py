@@ -285,17 +285,24 @@ def reader_tokenizer(name: str):
     raise CLIError(f"--tokenizer {name!r}: {' '.join(str(e).split())}") from None
 
 
-def announce_large_input(pipe, texts: Sequence[str]) -> None:
+def announce_large_input(pipe, texts: Sequence[str], *, granularity: str = "passage",
+                         budget=None) -> None:
   """For an input of `LARGE_INPUT_CHARS` characters or more, one line on stderr saying how many
-  candidates will be embedded and about how long that takes here (a rate measured on a sample
-  of them), also under --quiet: a long run is never silent. Smaller inputs print nothing."""
+  candidates will be embedded (the passages, or their sentences where `granularity` resolves
+  to ``"sentence"`` under `budget`) and about how long that takes here (a rate measured on a
+  sample of them), also under --quiet: a long run is never silent. Smaller inputs print
+  nothing."""
   size = sum(len(t) for t in texts)
   if size < LARGE_INPUT_CHARS:
     return
   with bad_input():
-    passages = pipe.split(texts)
-  n, unit = len(passages), pipe.config.unit
-  rate = embedding_rate(pipe, [p.text for p in passages])
+    passages, unit = pipe.split(texts, budget=budget), pipe.config.unit
+    if pipe.resolve_granularity(granularity, budget=budget, unit=unit,
+                                costs=[p.tokens for p in passages]) == "sentence":
+      passages, unit = pipe.split(texts, budget=budget, granularity="sentence"), "sentence"
+  pieces = [p.text for p in passages]
+  n = len(pieces)
+  rate = embedding_rate(pipe, pieces)
   print(f"jaxsel: embedding {n:,} {unit}{'s' if n != 1 else ''} from {len(texts)} file(s) "
         f"({size / 1e6:.1f} M characters): about {duration(n / rate)} here "
         f"({rate:,.0f} {unit}s/s measured on a sample)", file=sys.stderr, flush=True)

@@ -668,10 +668,11 @@ def test_large_input_says_how_many_passages_it_embeds(files, capsys, monkeypatch
   assert code == 0
   n = json.loads(out)["num_candidates"]
   err = capsys.readouterr().err
-  assert err.startswith(f"jaxsel: embedding {n} passages from 1 file(s) "
+  # The default at 150 tokens embeds the passages' sentences, and says so.
+  assert err.startswith(f"jaxsel: embedding {n} sentences from 1 file(s) "
                         f"({len(Path(path).read_text('utf-8')) / 1e6:.1f} M characters): about ")
   # Issue 33.6: the estimate is the measured rate's, not a fixed "takes minutes".
-  rate = float(re.search(r"\(([\d,.]+) passages/s measured on a sample\)", err).group(1).replace(",", ""))
+  rate = float(re.search(r"\(([\d,.]+) sentences/s measured on a sample\)", err).group(1).replace(",", ""))
   assert rate > 0 and err.count("\n") == 1
 
 
@@ -701,7 +702,8 @@ def test_tokenizer_counts_the_budget_in_the_readers_tokens(files):
   from jaxsel._src.pipeline.result import join_context
   smol = _smollm2_tokenizer_path()
   code, out = run(["select", str(files / "corpus"), "-q", "Who played Corliss Archer?",
-                   "--budget", "120", "--json", "--quiet", "--tokenizer", smol])
+                   "--budget", "120", "--json", "--quiet", "--tokenizer", smol,
+                   "--granularity", "passage"])  # the JSON's texts are the passages as sent
   assert code == 0
   d = json.loads(out)
   context = join_context([s["text"] for s in d["selected"]])

@@ -95,13 +95,14 @@ def test_jina_shape(url, pipe):
 
 @pytest.mark.parametrize("method", [None, "facility_location", "naive"])
 def test_budget_selects_in_pick_order(url, pipe, method):
-  body = {"query": "cats", "documents": DOCS, "budget_tokens": BUDGET, "method": method}
+  body = {"query": "cats", "documents": DOCS, "budget_tokens": BUDGET, "method": method,
+          "granularity": "passage"}
   out = post(url, "/v2/rerank", body).json()
   sel = out["selection"]
   want = pipe.replace(method=method or "corag").select(
       "cats", [jaxsel.Passage(d, 0, len(d), doc=i, tokens=int(c))
                for i, (d, c) in enumerate(zip(DOCS, pipe.tokenizer.count(DOCS)))],
-      budget=BUDGET)
+      budget=BUDGET, granularity="passage")
   assert [r["index"] for r in out["results"]] == [int(i) for i in want.indices]
   assert sel["method"] == (method or "corag") and sel["budget_tokens"] == BUDGET
   assert sel["cost_tokens"] == sum(r["cost_tokens"] for r in out["results"]) <= BUDGET

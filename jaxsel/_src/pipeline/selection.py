@@ -164,16 +164,23 @@ class Pipeline:
     `encoder.encode(texts, prompt_name=role)` where the encoder has that prompt."""
     return self.embedder.embed(texts, role)
 
-  def split(self, documents, *, sources=None, budget=None) -> list:
+  def split(self, documents, *, sources=None, budget=None, granularity: str = "passage") -> list:
     """Splits documents into candidate `Passage`s with this pipeline's unit and tokenizer.
 
     With a `budget` (tokens of the context as sent), passages are cut short enough that each
     fits it on its own as sent (`max_tokens` lowered to what the budget leaves after the
     passage's number and separator), so a budget below the configured `max_tokens` still
-    selects; only a budget below one token of text plus that numbering is refused."""
+    selects; only a budget below one token of text plus that numbering is refused. Where
+    `granularity` is (or ``"auto"`` resolves to) ``"sentence"``, the candidates are the
+    passages' sentences, as `select` embeds them."""
     cfg = self.config
-    return reader_lib.split_to_fit(documents, self.tokenizer, unit=cfg.unit,
-                                   max_tokens=cfg.max_tokens, sources=sources, budget=budget)
+    granularity_lib.check_granularity(granularity, unit=cfg.unit)
+    passages = reader_lib.split_to_fit(documents, self.tokenizer, unit=cfg.unit,
+                                       max_tokens=cfg.max_tokens, sources=sources, budget=budget)
+    if granularity_lib.resolve(granularity, budget=budget, costs=[p.tokens for p in passages],
+                               unit=cfg.unit) == "sentence":
+      passages = granularity_lib.sentences(passages, self.tokenizer)[0]
+    return passages
 
   def build_index(self, documents, *, sources=None, index: Optional[VectorIndex] = None,
                   info: Optional[dict] = None) -> VectorIndex:
