@@ -352,7 +352,7 @@ def test_labelling_by_generated_answers_with_the_offline_smollm2(sample, tmp_pat
   e = ex3[0]
   whole = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))  # one passage per paragraph
            for i, (t, c) in enumerate(zip(e.texts(), f3.costs[0]))]
-  sel = pipe.select(e.question, whole, budget=200)
+  sel = pipe.select(e.question, whole, budget=200, granularity="passage")  # whole paragraphs
   picks = [p.doc for p in sel.passages]
   assert len(picks) >= 2 and picks != sorted(picks)  # the prompt reorders them
   assert labels.answer_prompt(e.question, e.texts(), picks + [-1]) == answers.answer_prompt(sel)
