@@ -48,11 +48,13 @@ GRANULARITY = Grid(
 FORMS_GRID = Grid(
     command="forms", sets=("hotpot_test", "musique", "2wiki"), forms=FORMS, budgets=BUDGETS,
     metrics=runner.piece_metrics, cache=hop_features.CACHE, configs=(
-        Config("naive", "NaiveRAG", {"method": "naive"}),
-        Config("bridge", "CORAG `bridge`", {"method": "corag", "corag_scorer": "bridge"}),
-        Config("hops", "CORAG `hops` (untrained)", {"method": "corag", "corag_scorer": "hops"}),
+        Config("naive", "NaiveRAG", {"method": "naive"}, "passage"),
+        Config("bridge", "CORAG `bridge`", {"method": "corag", "corag_scorer": "bridge"},
+               "passage"),
+        Config("hops", "CORAG `hops` (untrained)", {"method": "corag", "corag_scorer": "hops"},
+               "passage"),
         Config("learned_hops", "CORAG `learned_hops` (default)",
-               {"method": "corag", "corag_scorer": "learned_hops"})))
+               {"method": "corag", "corag_scorer": "learned_hops"}, "passage")))
 
 # The configuration agent's menu (granularity x scorer x iterations); the first is the default.
 AGENT_MENU = Grid(
@@ -230,7 +232,8 @@ def reference_record(name: str = "hotpot_test", form: str = "untitled", *, base,
   configs = {c.name: c for c in FORMS_GRID.configs}
   pipes = {m: jaxsel.Pipeline(base, **configs[m].settings) for m in ("naive", "learned_hops")}
   picks = {m: [[ps.index(p) for p in r.passages] for (_, ps), r in
-               zip(inputs, pipe.select_many(inputs, budget=budget))] for m, pipe in pipes.items()}
+               zip(inputs, pipe.select_many(inputs, budget=budget, granularity="passage"))]
+           for m, pipe in pipes.items()}
   for i, ex in enumerate(examples):
     out["questions"].append({"id": ex.id, "question": ex.question, "titles": list(ex.titles),
                              "paragraphs": list(ex.passages), "gold": [bool(g) for g in ex.gold],

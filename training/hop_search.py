@@ -34,7 +34,8 @@ def select(feats: Sequence, scorer, *, encoder, budget: float, iterations: int =
   registry name or a builder `(request) -> scorer`."""
   pipe = jaxsel.Pipeline(encoder, method="corag", corag_scorer=scorer, iterations=iterations,
                          exploration=exploration, cost_penalty=cost_penalty, top_up=top_up)
-  results = pipe.select_many([(f.example.question, f.passages) for f in feats], budget=budget)
+  results = pipe.select_many([(f.example.question, f.passages) for f in feats], budget=budget,
+                             granularity="passage")
   return [[f.passages.index(p) for p in r.passages] for f, r in zip(feats, results)]
 
 

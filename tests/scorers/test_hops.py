@@ -249,7 +249,7 @@ def test_shipped_weights_reproduce_the_recorded_picks_offline():
   for method in ("naive", "learned_hops"):
     pipe = jaxsel.Pipeline(enc, method="naive") if method == "naive" else jaxsel.Pipeline(
         enc, method="corag", corag_scorer="learned_hops")
-    results = pipe.select_many(inputs, budget=ref["budget"])
+    results = pipe.select_many(inputs, budget=ref["budget"], granularity="passage")
     got = [[ps.index(p) for p in r.passages] for (_, ps), r in zip(inputs, results)]
     # What the context holds is recorded exactly; the order of two picks whose values tie to
     # float rounding may differ on another CPU (XLA sums in another order there: the record's
