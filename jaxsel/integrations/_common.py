@@ -214,7 +214,8 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   pipeline's encoder (not the candidates' `embeddings`) and counted by `tokenizer` (as
   `candidate_costs`); a part costs its text plus `overhead[index]` (`[N]`, what the framework
   adds to each candidate it sends, e.g. its metadata), and the last picks are dropped while
-  the kept ones cost more than the budget.
+  the kept ones cost more than the budget. ``"auto"`` is resolved here, as the library
+  resolves it (`Pipeline.resolve_granularity`: passages with `embeddings`).
 
   With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.
   A candidate whose `contents` (its own text, default `texts`) is blank is never picked; a
@@ -223,6 +224,8 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   with `max_per_group` keeps at most that many per label.
   """
   check_settings(method=method, budget=budget, k=k, order=order, granularity=granularity)
+  granularity = jaxsel.Pipeline.resolve_granularity(  # "auto": passages with embeddings
+      granularity, budget=budget, costs=costs, embeddings=embeddings is not None)
   if not isinstance(query, str) or not query.strip():
     raise ValueError(f"jaxsel needs a query (a non-empty string) to select {what}s, got {query!r}.")
   keep = [bool(t.strip()) for t in (texts if contents is None else contents)]

@@ -150,9 +150,7 @@ class JaxselRanker:
     budget = self.budget if budget is None else budget
     if self.reuse_embeddings and self.granularity != "sentence":
       emb = stack_embeddings([d.embedding for d in documents], "document")
-    granularity = jaxsel.Pipeline.resolve_granularity(  # "auto": passages with embeddings
-        self.granularity, budget=budget, costs=costs, embeddings=emb is not None)
-    if emb is not None:
+    if emb is not None:  # "auto" then keeps documents whole (`select_candidates`)
       query_emb = as_query_embedding(query_embedding, "query_embedding")
     picks, _ = select_candidates(
         pipeline, query, texts, costs, embeddings=emb, query_embedding=query_emb,
@@ -160,7 +158,7 @@ class JaxselRanker:
         k=self.k if k is None else k, min_gain=self.min_gain, order=self.order,
         what="document", query_hint="connect the query's embedding to `query_embedding`",
         groups=group_labels([d.meta for d in documents], self.group_by),
-        max_per_group=self.max_per_group, granularity=granularity, tokenizer=self.tokenizer)
+        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self.tokenizer)
     out = []
     for p in picks:
       doc = documents[p.index]

@@ -141,8 +141,6 @@ class JaxselCompressor(BaseDocumentCompressor):
     texts = [d.page_content for d in documents]
     costs = candidate_costs(self._pipeline, self._tokenizer, texts)
     emb = None if self.granularity == "sentence" else self._embeddings(documents, texts)
-    granularity = jaxsel.Pipeline.resolve_granularity(  # "auto": passages with embeddings
-        self.granularity, budget=self.budget, costs=costs, embeddings=emb is not None)
     query_emb = None
     if emb is not None and self.embeddings is not None:
       query_emb = as_query_embedding(self.embeddings.embed_query(query), "query embedding")
@@ -152,7 +150,7 @@ class JaxselCompressor(BaseDocumentCompressor):
         order=self.order, what="document",
         query_hint="pass your vector store's `embeddings=` model to embed the query",
         groups=group_labels([d.metadata for d in documents], self.group_by),
-        max_per_group=self.max_per_group, granularity=granularity, tokenizer=self._tokenizer)
+        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self._tokenizer)
     out = []
     for p in picks:
       doc = documents[p.index]
