@@ -68,10 +68,11 @@ def resolve(granularity: str, *, budget, costs, embeddings: bool = False,
   """`granularity`, with ``"auto"`` resolved for a request of candidates costing `costs` (`[M]`,
   as sent) under `budget`: ``"sentence"`` when the budget cannot hold every candidate whole,
   else ``"passage"`` (so also without a budget, with the caller's `embeddings` of whole
-  passages, and for words)."""
+  passages, and for candidates no longer than a sentence: `unit` ``"sentence"`` or
+  ``"word"``, whose sentences are themselves)."""
   if granularity != "auto":
     return granularity
-  if budget is None or embeddings or unit == "word":
+  if budget is None or embeddings or unit != "passage":
     return "passage"
   return "sentence" if float(np.sum(costs)) > float(budget) else "passage"
 

@@ -223,13 +223,13 @@ class Pipeline:
       max_per_group: the most picks per group (pinned ones count). Every method honours the
         three (greedy and CORAG in the core, NaiveRAG and MMR in their fill).
       granularity: ``"auto"`` (the default): ``"sentence"`` when the budget cannot hold every
-        passage whole, else ``"passage"`` (also without a budget, with `embeddings`, for
-        words); the result's `granularity` says which. ``"passage"``: each candidate is sent
-        whole. ``"sentence"``: the candidates are the passages' sentences, and each passage is
-        sent whole or as runs of its picked sentences (with its title where a run does not
-        hold it), all within the one budget; `k`, `pinned` and `max_per_group` still count
-        passages (the sentences' passages: parts of at most `k` of them are sent). See
-        docs/pipeline.md.
+        passage whole, else ``"passage"`` (also without a budget, with `embeddings`, with
+        sentences or words as candidates); the result's `granularity` says which.
+        ``"passage"``: each candidate is sent whole. ``"sentence"``: the candidates are the
+        passages' sentences, and each passage is sent whole or as runs of its picked
+        sentences (with its title where a run does not hold it), all within the one budget;
+        `k`, `pinned` and `max_per_group` still count passages (the sentences' passages:
+        parts of at most `k` of them are sent). See docs/pipeline.md.
     """
     granularity_lib.check_granularity(granularity, unit=self.config.unit,
                                       embeddings=embeddings is not None)
