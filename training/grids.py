@@ -312,15 +312,29 @@ def agent_menu_command(argv=None) -> int:
              out=os.path.join(runner.ROOT, "out", "agent_menu", "agent_menu.json"))
   p.add_argument("--epochs", type=int, default=60)
   p.add_argument("--resamples", type=int, default=10_000)
+  p.add_argument("--inputs", default="query,request",
+                 help="what the agent reads: query (embedding), request (features), outcomes "
+                      "(each entry's outcome features, `training/outcomes.py`)")
+  p.add_argument("--chooser", default="agent", choices=("agent", "ranker"),
+                 help="agent: the ConfigAgent; ranker: each entry's answer in context from its "
+                      "outcome (logistic regression; --inputs request,outcomes)")
+  p.add_argument("--entries", default=None,
+                 help="the menu entries to choose among, comma-separated (default: all)")
   args = p.parse_args(argv)
+  inputs = tuple(args.inputs.split(","))
+  if set(inputs) - set(agent_menu.INPUTS):
+    raise SystemExit(f"--inputs: use some of {', '.join(agent_menu.INPUTS)}")
+  entries = (tuple(range(len(agent_menu.MENU))) if args.entries is None
+             else tuple(agent_menu.NAMES.index(n) for n in args.entries.split(",")))
   grid = grid_of(AGENT_MENU, args)
   results = evaluate(grid, args)
   base = jaxsel.load_encoder(hop_features.ENCODER)
   data = {s: agent_menu.outcomes({f: results[f"{s}:{f}"] for f in grid.forms}, s, grid, base=base,
                                  limit=limits_of(args.limit).get(s, limits_of(args.limit).get("*")))
           for s in grid.sets}
-  rows = agent_menu.evaluate(data, dim=data[agent_menu.TEST]["query"].shape[1],
-                             epochs=args.epochs, n_resamples=args.resamples)
+  rows = agent_menu.evaluate(data, entries=entries, inputs=inputs, chooser=args.chooser,
+                             epochs=args.epochs,
+                             n_resamples=args.resamples)
   _write(args.out, {k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv)
                         for kk, vv in r.items()} for k, r in rows.items()})
   print("\n".join(agent_menu.markdown(rows)))
