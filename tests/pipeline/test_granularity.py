@@ -88,6 +88,35 @@ def test_a_sentence_carries_its_passage_title_in_its_cost():
   assert parents.tolist() == [0, 0] and units == [p]
 
 
+UNTITLED = ["Ed Wood is a 1994 American film. It was directed by Tim Burton. He won.",
+            "The Eagles were a band from Los Angeles. They formed in 1971."]
+
+
+def test_an_untitled_passage_sends_its_sentences_as_they_are():
+  # No implicit title: the passage's lead entity ("Ed Wood: It was directed ...") as one was
+  # measured and lost (training/RESULTS.md, Granularity); the spans stay the caller's.
+  counter = jaxsel.token_counter(None)
+  ps = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(counter.count_one(t)))
+        for i, t in enumerate(UNTITLED)]
+  sents, parents, units = granularity.sentences(ps, counter)
+  assert units == ps and parents.tolist() == [0, 0, 0, 1, 1]
+  for s, m in zip(sents, parents):
+    assert (s.prefix, s.title, s.doc) == ("", None, m)
+    assert ps[m].text[s.start:s.end] == s.text and s.tokens == counter.count_one(s.text)
+
+
+def test_untitled_passages_keep_their_spans_and_the_budget_as_sent(pipe):
+  texts = [p for p in DOC.split("\n\n") if p.strip() and not p.startswith("#")][:12]
+  ps = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(c))
+        for i, (t, c) in enumerate(zip(texts, pipe.tokenizer.count(texts)))]
+  res = pipe.select(Q, ps, budget=100)
+  assert res.granularity == "sentence" and any(p != ps[p.doc] for p in res.passages)
+  for p in res.passages:
+    assert (p.title, p.prefix) == (None, "") and texts[p.doc][p.start:p.end] == p.text
+    assert p == ps[p.doc] or p.tokens == pipe.tokenizer.count_one(p.text)
+  assert sum(p.tokens for p in res.passages) == res.cost <= 100
+
+
 def test_a_heading_goes_with_the_sentence_after_it():
   text = "# Alpha\n\nAlpha is a town. It has a river."
   p = jaxsel.Passage(text, 0, len(text), title="Alpha")
