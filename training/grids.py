@@ -20,6 +20,7 @@ may be a JSONL file's path (`qa_sets.is_file`): a set kept outside the project.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -68,34 +69,46 @@ AGENT_MENU = Grid(
 # ----------------------------------------------------------------------------- adapters
 
 
+def _span(i: int, meta: dict, texts: list) -> tuple:
+  """`(index, start, end)` of a kept document: a part of `texts[i]` when the adapter sent one
+  (``"jaxsel_start"`` / ``"jaxsel_end"`` in its metadata), else the whole."""
+  if "jaxsel_start" in meta:
+    return i, int(meta["jaxsel_start"]), int(meta["jaxsel_end"])
+  return i, 0, len(texts[i])
+
+
 def adapter(name: str, encoder, budget: int, tokenizer=None):
-  """`(question, texts) -> picked indices` through the framework adapter `name`, built with
-  only an encoder and a budget (and `tokenizer` when given)."""
+  """`(question, texts) -> picked (index, start, end)` through the framework adapter `name`,
+  built with only an encoder and a budget (and `tokenizer` when given): a document kept whole,
+  or the part of it the adapter sent (granularity "auto" cuts sentences under a tight budget)."""
   extra = {} if tokenizer is None else {"tokenizer": tokenizer}
   if name == "langchain":
     from langchain_core.documents import Document
     from jaxsel.integrations.langchain import JaxselCompressor
     comp = JaxselCompressor(encoder=encoder, budget=budget, **extra)
-    return lambda q, texts: [d.metadata["i"] for d in comp.compress_documents(
+    return lambda q, texts: [_span(d.metadata["i"], d.metadata, texts) for d in comp.compress_documents(
         [Document(page_content=t, metadata={"i": i}) for i, t in enumerate(texts)], q)]
   if name == "llama_index":
     from llama_index.core.schema import NodeWithScore, TextNode
     from jaxsel.integrations.llama_index import JaxselNodePostprocessor
     post = JaxselNodePostprocessor(encoder=encoder, budget=budget, **extra)
-    return lambda q, texts: [int(n.node.id_) for n in post.postprocess_nodes(
+    # The index from the node id ("3", or "3#start-end" for a part): metadata would be embedded.
+    return lambda q, texts: [_span(int(n.node.id_.split("#")[0]), n.node.metadata, texts)
+                             for n in post.postprocess_nodes(
         [NodeWithScore(node=TextNode(text=t, id_=str(i))) for i, t in enumerate(texts)],
         query_str=q)]
   if name == "haystack":
     from haystack import Document
     from jaxsel.integrations.haystack import JaxselRanker
     ranker = JaxselRanker(encoder=encoder, budget=budget, **extra)
-    return lambda q, texts: [int(d.id) for d in ranker.run(
-        query=q, documents=[Document(content=t, id=str(i)) for i, t in enumerate(texts)])["documents"]]
+    return lambda q, texts: [_span(d.meta["i"], d.meta, texts) for d in ranker.run(
+        query=q, documents=[Document(content=t, id=str(i), meta={"i": i})
+                            for i, t in enumerate(texts)])["documents"]]
   raise ValueError(f"unknown adapter {name!r}")
 
 
 def adapter_select(name: str):
-  """A `Config.select` of the framework adapter `name`: the picks over each question's
+  """A `Config.select` of the framework adapter `name`: the pieces it kept of each question's
   paragraphs, and whether they go over the budget in the encoder's count and, with the same
   adapter given SmolLM2's tokenizer (the offline GGUF file), in that tokenizer's."""
 
@@ -114,11 +127,13 @@ def adapter_select(name: str):
       for q in qs:
         texts = [p.text for p in q.passages]
         picks, in_second = plain(q.example.question, texts), checked(q.example.question, texts)
-        extra = {"over_encoder": float(counter.count([texts[i] for i in picks]).sum() > budget)
-                 if picks else 0.0,
-                 "over_second": float(second.count([texts[i] for i in in_second]).sum() > budget)
-                 if in_second else 0.0}
-        out.append(([q.passages[i] for i in picks], "\n\n".join(texts[i] for i in picks), extra))
+        sent = [texts[i][a:b] for i, a, b in picks]
+        extra = {"over_encoder": float(counter.count(sent).sum() > budget) if picks else 0.0,
+                 "over_second": float(second.count([texts[i][a:b] for i, a, b in in_second]).sum()
+                                      > budget) if in_second else 0.0}
+        pieces = [dataclasses.replace(q.passages[i], text=t, start=a, end=b, tokens=int(c))
+                  for (i, a, b), t, c in zip(picks, sent, counter.count(sent) if sent else [])]
+        out.append((pieces, "\n\n".join(sent), extra))
       return out
 
     return fn
@@ -131,7 +146,8 @@ ADAPTERS = {"langchain": "LangChain", "llama_index": "LlamaIndex", "haystack": "
 DEFAULTS = Grid(
     command="defaults", sets=("hotpot_test", "musique", "2wiki"), forms=hop_features.FORMS,
     budgets=(256,), metrics=runner.span_metrics, cache=hop_features.CACHE, configs=(
-        Config("naive", "NaiveRAG", {"method": "naive"}),
+        Config("naive", "NaiveRAG, paragraphs", {"method": "naive"}, "passage"),
+        Config("naive_auto", "NaiveRAG, default granularity", {"method": "naive"}),
         Config("pipeline", "`Pipeline(enc)`"),
         *(Config(a, label, select=adapter_select(a)) for a, label in ADAPTERS.items())))
 
@@ -282,9 +298,11 @@ def forms(argv=None) -> int:
 
 
 def defaults(argv=None) -> int:
-  """What users get without choosing a method (`DEFAULTS`): NaiveRAG, `Pipeline(enc)` and each
-  framework adapter built with only an encoder and a budget, over whole paragraphs; joint
-  recall with the paired bootstrap 95% CI of the difference from NaiveRAG."""
+  """What users get without choosing a method or a granularity (`DEFAULTS`): `Pipeline(enc)`
+  and each framework adapter built with only an encoder and a budget, given whole paragraphs,
+  against NaiveRAG over the paragraphs and NaiveRAG at the default granularity; joint recall
+  (a piece of every gold paragraph sent) with the paired bootstrap 95% CI of the difference
+  from the better NaiveRAG."""
   p = parser(DEFAULTS, defaults.__doc__, out=os.path.join(runner.ROOT, "out", "defaults.json"))
   p.add_argument("--adapters-every", type=int, default=1,
                  help="run the adapters on every K-th question only (they share the Pipeline's "
