@@ -128,11 +128,12 @@ def adapter_select(name: str):
         texts = [p.text for p in q.passages]
         picks, in_second = plain(q.example.question, texts), checked(q.example.question, texts)
         sent = [texts[i][a:b] for i, a, b in picks]
-        extra = {"over_encoder": float(counter.count(sent).sum() > budget) if picks else 0.0,
+        costs = counter.count(sent) if sent else np.zeros(0)
+        extra = {"over_encoder": float(costs.sum() > budget) if picks else 0.0,
                  "over_second": float(second.count([texts[i][a:b] for i, a, b in in_second]).sum()
                                       > budget) if in_second else 0.0}
         pieces = [dataclasses.replace(q.passages[i], text=t, start=a, end=b, tokens=int(c))
-                  for (i, a, b), t, c in zip(picks, sent, counter.count(sent) if sent else [])]
+                  for (i, a, b), t, c in zip(picks, sent, costs)]
         out.append((pieces, "\n\n".join(sent), extra))
       return out
 

@@ -52,7 +52,8 @@ class Request:
     self.linked = (sig.links + sig.links.T) > 0
     words = bridge.content_words(question)
     n = len(texts)
-    df = {w: sum(w in bridge.content_words(t) for t in texts) for w in words}
+    held = [bridge.content_words(t) for t in texts]
+    df = {w: sum(w in h for h in held) for w in words}
     self.idf = {w: float(np.log1p((n - d + 0.5) / (d + 0.5))) for w, d in df.items()}
     self.phrases = [e.lower() for e in bridge.entities(question)]
     q = query / (np.linalg.norm(query) + 1e-12)
