@@ -13,9 +13,48 @@ settings.load_profile("jaxsel")
 
 
 import collections  # noqa: E402
+import importlib.util  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# One XLA compilation cache on disk for the whole run, shared by the pytest-xdist workers: many
+# test files compile the same programs (all-MiniLM-L6-v2's forward pass per length bucket, the
+# Pipeline's solves per shape bucket), and `_free_compiled_programs` below drops them from
+# memory after each file; a later file then reads them back instead of compiling them again
+# (about half the time of the pipeline and adapter tests). It starts empty every run and is
+# removed at its end. Tests that count compilations (`compiles.CompileCounter`) count a program
+# read back from this cache as a compilation, so "compiles nothing" still means "every
+# program was in memory". The controller creates the folder before the workers start (they
+# inherit the environment variable, which only this file reads); the `jaxsel` command's own
+# cache (`--no-compile-cache`, `JAXSEL_COMPILE_CACHE`) is tested in subprocesses of the command,
+# which never see this setting. An empty `JAXSEL_TESTS_XLA_CACHE=` runs the tests without it.
+XLA_CACHE_VARIABLE = "JAXSEL_TESTS_XLA_CACHE"
+
+
+def pytest_configure(config):
+  if not hasattr(config, "workerinput") and XLA_CACHE_VARIABLE not in os.environ:
+    config._jaxsel_xla_cache = os.environ[XLA_CACHE_VARIABLE] = tempfile.mkdtemp(
+        prefix="jaxsel-tests-xla-")
+  folder = os.environ.get(XLA_CACHE_VARIABLE)
+  if folder:
+    jax.config.update("jax_compilation_cache_dir", folder)
+    # Programs that compile in under 0.1 s are cheaper to compile than to read back.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    if importlib.util.find_spec("filelock") is not None:
+      # A size limit turns on JAX's LRU cache, whose file lock keeps the two workers' writes
+      # whole (as `jaxsel.cli.common.enable_compile_cache` does); the limit is never reached.
+      jax.config.update("jax_compilation_cache_max_size", 8 << 30)
+
+
+def pytest_unconfigure(config):
+  folder = getattr(config, "_jaxsel_xla_cache", None)
+  if folder:
+    shutil.rmtree(folder, ignore_errors=True)
+    os.environ.pop(XLA_CACHE_VARIABLE, None)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -442,9 +442,11 @@ def test_compile_cache_folder_and_opt_outs(tmp_path, monkeypatch):
   assert cli.compile_cache_dir({"JAXSEL_COMPILE_CACHE": str(tmp_path / "c")}) == tmp_path / "c"
   assert not cli.enable_compile_cache(Path(os.devnull) / "x")  # cannot be created: stays off
   # Called from Python (not as the command), main leaves JAX's global settings alone.
+  # (tests/conftest.py gives the test run a cache folder of its own: it must stay as it was.)
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  before = jax.config.jax_compilation_cache_dir
   assert run(["select", str(DATA / "hotpotqa_wiki.md"), "--budget", "40", "--quiet"])[0] == 0
-  assert jax.config.jax_compilation_cache_dir is None
+  assert jax.config.jax_compilation_cache_dir == before
   assert not (tmp_path / "xdg" / "jaxsel").exists()
   help_text = subprocess.run(_command() + ["--help"], capture_output=True, text=True,
                              timeout=300).stdout

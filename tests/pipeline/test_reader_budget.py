@@ -226,6 +226,7 @@ def test_words_of_scripts_without_spaces_fit_a_small_budget(tiny, doc):
   assert len(res) >= 3 and res.cost <= 16
 
 
+@pytest.mark.slow
 def test_the_real_smollm2_answers_within_its_window(tiny):
   smol = gen.default_generator()
   ans = jaxsel.Pipeline(tiny, generator=smol).answer(

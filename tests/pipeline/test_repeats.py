@@ -25,6 +25,7 @@ def texts(res):
   return [p.sent_text for p in res.passages]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("granularity", ["passage", "sentence"])
 def test_a_repeated_text_is_sent_once_and_changes_nothing(pipe, granularity):
   once = pipe.select(Q, PARAS, budget=384, granularity=granularity)

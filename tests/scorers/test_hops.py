@@ -235,6 +235,7 @@ def test_training_loss_falls_and_a_checkpoint_resumes_bit_identically(tmp_path):
     np.testing.assert_array_equal(np.asarray(whole[k]), np.asarray(resumed[k]))
 
 
+@pytest.mark.slow
 def test_shipped_weights_reproduce_the_recorded_picks_offline():
   # tests/data/hop_scorer_reference.json: the first 8 HotpotQA test questions without titles at
   # 256 tokens, recorded by `python -m training forms --record` with the shipped weights; here

@@ -39,6 +39,7 @@ def sample():
   return qa.load_qa_jsonl(SAMPLE)[:3]
 
 
+@pytest.mark.slow
 def test_script_end_to_end_resumes_from_the_cache(sample, tmp_path):
   gen = StubGenerator(sample)
   readme = tmp_path / "README.md"

@@ -43,6 +43,7 @@ class Counting:
     return self.inner.encode(texts, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(HOTPOT_DEV), reason="the shared HotpotQA data is not here")
 def test_recipe_on_a_slice_default_beats_naive(tmp_path):
   enc = Counting(jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2"))
