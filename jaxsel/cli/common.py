@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import jaxsel  # its names load on first use: the command line is checked before JAX loads
-from jaxsel.defaults import DEFAULT_ENCODER, SMOLLM2_NAME, default_encoder_path
+from jaxsel.defaults import (DEFAULT_ENCODER, SMOLLM2_NAME, default_encoder_path,
+                             smollm2_gguf_path)
 
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -277,9 +278,9 @@ SMOLLM2_NAMES = ("smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct", SMOLLM2_NAME)
 def reader_tokenizer(name: str):
   """The `TokenCounter` of --tokenizer NAME: a tokenizer folder, a .gguf file, a hub id in the
   local cache, a tiktoken encoding, or `smollm2` (the offline answer model's)."""
-  if name in SMOLLM2_NAMES:
-    return load_answer_model().counter
   try:
+    if name in SMOLLM2_NAMES:  # the tokenizer alone, read from the GGUF file (not the model)
+      name = str(smollm2_gguf_path())
     return jaxsel.token_counter(name)
   except (OSError, ValueError, TypeError, ImportError) as e:
     raise CLIError(f"--tokenizer {name!r}: {' '.join(str(e).split())}") from None

