@@ -279,9 +279,8 @@ def reader_tokenizer(name: str):
   """The `TokenCounter` of --tokenizer NAME: a tokenizer folder, a .gguf file, a hub id in the
   local cache, a tiktoken encoding, or `smollm2` (the offline answer model's)."""
   try:
-    if name in SMOLLM2_NAMES:  # the tokenizer alone, read from the GGUF file (not the model)
-      name = str(smollm2_gguf_path())
-    return jaxsel.token_counter(name)
+    # smollm2: the tokenizer alone, read from the GGUF file (not the model)
+    return jaxsel.token_counter(str(smollm2_gguf_path()) if name in SMOLLM2_NAMES else name)
   except (OSError, ValueError, TypeError, ImportError) as e:
     raise CLIError(f"--tokenizer {name!r}: {' '.join(str(e).split())}") from None
 
