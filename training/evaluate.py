@@ -120,12 +120,16 @@ class Workspace:
     self.load(name)
     return jaxsel.Pipeline(self.encoders[name], cache_size=64)
 
-  def prepare(self, name: str) -> list:
-    """Splits and embeds every question of a set in one encoder pass (cached on disk)."""
+  def prepare(self, name: str, budgets=()) -> list:
+    """Splits and embeds every question of a set in one encoder pass (cached on disk): its
+    passages, and the candidates `select` embeds at each of `budgets` (sentences where a
+    budget cannot hold every passage whole), so the selects read them all from the cache."""
     if name not in self.prepared:
       examples = self.load(name)
       pipe = self.pipeline(name)
-      texts = [p.text for e in examples for p in pipe.split(qa_sets.documents(e))]
+      texts = list(dict.fromkeys(
+          p.text for e in examples for b in (None, *budgets)
+          for p in pipe.split(qa_sets.documents(e), budget=b, granularity="auto")))
       enc = self.encoders[name]
       t0 = time.time()
       enc.encode(texts, prompt_name="passage", progress=not self.args.no_progress)
@@ -146,7 +150,7 @@ def log(msg: str) -> None:
 def run_tables(ws: Workspace, sets, methods, budgets) -> dict:
   out = {}
   for name in sets:
-    ws.prepare(name)
+    ws.prepare(name, budgets)
     base = ws.pipeline(name)
     pipes = context_eval.pipelines(base, [m for m in methods if m != "agent"])
     if "agent" in methods:
