@@ -69,48 +69,61 @@ AGENT_MENU = Grid(
 # ----------------------------------------------------------------------------- adapters
 
 
-def _span(i: int, meta: dict, texts: list) -> tuple:
-  """`(index, start, end)` of a kept document: a part of `texts[i]` when the adapter sent one
-  (``"jaxsel_start"`` / ``"jaxsel_end"`` in its metadata), else the whole."""
+def _span(i: int, meta: dict, texts: list, sent: str) -> tuple:
+  """`(index, start, end, sent)` of a kept document: a part of `texts[i]` when the adapter sent
+  one (``"jaxsel_start"`` / ``"jaxsel_end"`` in its metadata; `sent` is then what it returned,
+  its heading included), else the whole."""
   if "jaxsel_start" in meta:
-    return i, int(meta["jaxsel_start"]), int(meta["jaxsel_end"])
-  return i, 0, len(texts[i])
+    return i, int(meta["jaxsel_start"]), int(meta["jaxsel_end"]), sent
+  return i, 0, len(texts[i]), texts[i]
 
 
 def adapter(name: str, encoder, budget: int, tokenizer=None):
-  """`(question, texts) -> picked (index, start, end)` through the framework adapter `name`,
-  built with only an encoder and a budget (and `tokenizer` when given): a document kept whole,
-  or the part of it the adapter sent (granularity "auto" cuts sentences under a tight budget)."""
+  """`(question, texts, titles) -> picked (index, start, end, sent)` through the framework
+  adapter `name`, built with only an encoder and a budget (and `tokenizer` when given): a
+  document kept whole, or the part of it the adapter sent (granularity "auto" cuts sentences
+  under a tight budget; `sent` is the part with its heading). LangChain's and Haystack's
+  documents carry their `titles` (None each for untitled ones) in their metadata under
+  ``"title"``, the key those adapters read by default; LlamaIndex's nodes carry none (LlamaIndex
+  would send metadata with every node; its adapter reads no title by default)."""
   extra = {} if tokenizer is None else {"tokenizer": tokenizer}
+
+  def meta(i, titles):
+    return {"i": i} if titles is None or titles[i] is None else {"i": i, "title": titles[i]}
+
   if name == "langchain":
     from langchain_core.documents import Document
     from jaxsel.integrations.langchain import JaxselCompressor
     comp = JaxselCompressor(encoder=encoder, budget=budget, **extra)
-    return lambda q, texts: [_span(d.metadata["i"], d.metadata, texts) for d in comp.compress_documents(
-        [Document(page_content=t, metadata={"i": i}) for i, t in enumerate(texts)], q)]
+    return lambda q, texts, titles=None: [
+        _span(d.metadata["i"], d.metadata, texts, d.page_content) for d in comp.compress_documents(
+            [Document(page_content=t, metadata=meta(i, titles)) for i, t in enumerate(texts)], q)]
   if name == "llama_index":
     from llama_index.core.schema import NodeWithScore, TextNode
     from jaxsel.integrations.llama_index import JaxselNodePostprocessor
     post = JaxselNodePostprocessor(encoder=encoder, budget=budget, **extra)
     # The index from the node id ("3", or "3#start-end" for a part): metadata would be embedded.
-    return lambda q, texts: [_span(int(n.node.id_.split("#")[0]), n.node.metadata, texts)
-                             for n in post.postprocess_nodes(
-        [NodeWithScore(node=TextNode(text=t, id_=str(i))) for i, t in enumerate(texts)],
-        query_str=q)]
+    return lambda q, texts, titles=None: [
+        _span(int(n.node.id_.split("#")[0]), n.node.metadata, texts, n.node.get_content())
+        for n in post.postprocess_nodes(
+            [NodeWithScore(node=TextNode(text=t, id_=str(i))) for i, t in enumerate(texts)],
+            query_str=q)]
   if name == "haystack":
     from haystack import Document
     from jaxsel.integrations.haystack import JaxselRanker
     ranker = JaxselRanker(encoder=encoder, budget=budget, **extra)
-    return lambda q, texts: [_span(d.meta["i"], d.meta, texts) for d in ranker.run(
-        query=q, documents=[Document(content=t, id=str(i), meta={"i": i})
-                            for i, t in enumerate(texts)])["documents"]]
+    return lambda q, texts, titles=None: [
+        _span(d.meta["i"], d.meta, texts, d.content) for d in ranker.run(
+            query=q, documents=[Document(content=t, id=str(i), meta=meta(i, titles))
+                                for i, t in enumerate(texts)])["documents"]]
   raise ValueError(f"unknown adapter {name!r}")
 
 
 def adapter_select(name: str):
   """A `Config.select` of the framework adapter `name`: the pieces it kept of each question's
-  paragraphs, and whether they go over the budget in the encoder's count and, with the same
-  adapter given SmolLM2's tokenizer (the offline GGUF file), in that tokenizer's."""
+  paragraphs (with their titles, `adapter`), and whether they go over the budget in the
+  encoder's count and, with the same adapter given SmolLM2's tokenizer (the offline GGUF
+  file), in that tokenizer's: each piece counted as the adapter returned it, heading included."""
 
   def make(encoder):
     built = {}  # the second tokenizer and the adapters, once something is to be selected
@@ -125,15 +138,17 @@ def adapter_select(name: str):
       plain, checked = built[budget]
       out = []
       for q in qs:
-        texts = [p.text for p in q.passages]
-        picks, in_second = plain(q.example.question, texts), checked(q.example.question, texts)
-        sent = [texts[i][a:b] for i, a, b in picks]
+        texts, titles = [p.text for p in q.passages], [p.title for p in q.passages]
+        picks = plain(q.example.question, texts, titles)
+        in_second = checked(q.example.question, texts, titles)
+        sent = [s for *_, s in picks]
         costs = counter.count(sent) if sent else np.zeros(0)
         extra = {"over_encoder": float(costs.sum() > budget) if picks else 0.0,
-                 "over_second": float(second.count([texts[i][a:b] for i, a, b in in_second]).sum()
-                                      > budget) if in_second else 0.0}
-        pieces = [dataclasses.replace(q.passages[i], text=t, start=a, end=b, tokens=int(c))
-                  for (i, a, b), t, c in zip(picks, sent, costs)]
+                 "over_second": float(second.count([s for *_, s in in_second]).sum() > budget)
+                 if in_second else 0.0}
+        pieces = [dataclasses.replace(q.passages[i], text=texts[i][a:b], start=a, end=b,
+                                      prefix=s[:len(s) - (b - a)], tokens=int(c))
+                  for (i, a, b, s), c in zip(picks, costs)]
         out.append((pieces, "\n\n".join(sent), extra))
       return out
 

@@ -51,6 +51,14 @@ class Pick(NamedTuple):
   text: Optional[str] = None
   start: Optional[int] = None
   end: Optional[int] = None
+  # What a part is sent with before `text`: its candidate's title as "title: " when the part
+  # does not hold it (`title_key`), else "".
+  prefix: str = ""
+
+  @property
+  def sent(self) -> Optional[str]:
+    """A part as the adapter returns it (`prefix + text`); None when the candidate is whole."""
+    return None if self.text is None else self.prefix + self.text
 
   def metadata(self) -> dict:
     """What an adapter adds to a kept candidate's metadata for a part of it."""
@@ -72,14 +80,27 @@ def check_order(order) -> str:
 
 
 def check_settings(*, method, budget, k, order, group_by=None, max_per_group=None,
-                   granularity=DEFAULT_GRANULARITY) -> None:
+                   granularity=DEFAULT_GRANULARITY, title_key=None) -> None:
   """The library's checks of what `Pipeline.pick` takes (`Pipeline.check_pick`: a budget is a
   whole number >= 1, as a float such as 512.0 is; 0 would select nothing, ever), and the
-  adapters' own (`order`, `group_by`)."""
+  adapters' own (`order`, `group_by`, `title_key`)."""
   jaxsel.Pipeline.check_pick(method=method, budget=budget, k=k, granularity=granularity,
                              max_per_group=max_per_group)
   check_order(order)
   check_groups(group_by, max_per_group)
+  if title_key is not None and not isinstance(title_key, str):
+    raise TypeError(f"`title_key` must be a metadata key (a str) or None (no titles), got "
+                    f"{type(title_key).__name__}.")
+
+
+def titles(metadata: Sequence[Any], title_key: Optional[str]) -> Optional[list]:
+  """One title per candidate: its `metadata[title_key]` when that is a non-blank str, else
+  None; None without `title_key` or when no candidate has one."""
+  if title_key is None:
+    return None
+  out = [(meta or {}).get(title_key) for meta in metadata]
+  out = [t.strip() if isinstance(t, str) and t.strip() else None for t in out]
+  return out if any(t is not None for t in out) else None
 
 
 def check_groups(group_by, max_per_group) -> None:
@@ -206,7 +227,8 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
                       order: str, what: str, query_hint: str,
                       contents: Optional[Sequence[str]] = None, groups: Optional[list] = None,
                       max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
-                      tokenizer=None, overhead: Optional[np.ndarray] = None):
+                      tokenizer=None, overhead: Optional[np.ndarray] = None,
+                      titles: Optional[Sequence[Optional[str]]] = None):
   """Selects among `texts` (costs `[N]`) for `query`: -> (picks in output order, result).
 
   With `granularity="sentence"` a candidate is kept whole or as runs of its sentences (a
@@ -215,7 +237,10 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   `candidate_costs`); a part costs its text plus `overhead[index]` (`[N]`, what the framework
   adds to each candidate it sends, e.g. its metadata), and the last picks are dropped while
   the kept ones cost more than the budget. ``"auto"`` is resolved here, as the library
-  resolves it (`Pipeline.resolve_granularity`: passages with `embeddings`).
+  resolves it (`Pipeline.resolve_granularity`: passages with `embeddings`). With `titles` (one
+  title or None per candidate, `titles(...)`), a part that does not hold its candidate's title
+  is embedded, counted and sent as ``"title: part"`` (its `Pick.prefix`), as the Pipeline
+  sends a part of a titled `Passage`; a whole candidate is sent as it is.
 
   With `embeddings` `[N, D]` nothing is embedded but (without `query_embedding`) the query.
   A candidate whose `contents` (its own text, default `texts`) is blank is never picked; a
@@ -249,7 +274,9 @@ def select_candidates(pipeline: jaxsel.Pipeline, query: str, texts: Sequence[str
   if embeddings is not None:
     check_dimensions(pipeline, embeddings, query_embedding, what=what, query_hint=query_hint)
     q_emb = None if query_embedding is None else query_embedding[None]
-  result = pipeline.pick(query, list(texts), budget=budget, k=k, min_gain=min_gain,
+  docs = list(texts) if titles is None else [t if ti is None else {"text": t, "title": ti}
+                                              for t, ti in zip(texts, titles)]
+  result = pipeline.pick(query, docs, budget=budget, k=k, min_gain=min_gain,
                          embeddings=embeddings, query_embeddings=q_emb, granularity=granularity,
                          costs=[int(c) for c in costs], keep=keep,
                          groups=groups if max_per_group is not None else None,
@@ -271,5 +298,5 @@ def _picks(picks: list, texts: Sequence[str], budget, overhead) -> list:
     if budget is not None and spent > budget:
       break
     out.append(Pick(q.document, r, 0.0 if q.relevance is None else q.relevance, q.gain,
-                    *((q.text, q.start, q.end) if part else ())))
+                    *((q.text, q.start, q.end, q.prefix) if part else ())))
   return out

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, require, resolve_method, select_candidates,
-                                        stack_embeddings, TokenizerLike, group_labels)
+                                        stack_embeddings, TokenizerLike, group_labels, titles)
 from jaxsel.defaults import DEFAULT_GRANULARITY
 
 require("haystack", "Haystack", "haystack")
@@ -70,8 +70,15 @@ class JaxselRanker:
       document whole, else ``"passage"`` (so also without a budget, and with stored embeddings,
       which are then used); ``"passage"``: documents kept whole; ``"sentence"``: a document is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
-      content is `content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
-      meta); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
+      content is `content[start:end]` (after its heading: `title_key`), with ``"jaxsel_start"`` /
+      ``"jaxsel_end"`` in its meta); the sentences are embedded by jaxsel's encoder, not with stored
+      embeddings.
+    title_key: the meta key of a document's title (default ``"title"``; None: no titles). A
+      part that does not hold its document's title is sent as ``"title: part"`` (its content;
+      the budget counts the heading), so a sentence read alone still says what it is about,
+      as `jaxsel.Pipeline` sends a part of a titled passage; the title also names the
+      document for the second-hop signals. A document without the key, or with a blank or
+      non-str value, has no title.
   """
 
   def __init__(self, pipeline: Optional[jaxsel.Pipeline] = None, *, encoder=None,
@@ -79,12 +86,13 @@ class JaxselRanker:
                k: Optional[int] = None, min_gain: Optional[float] = None,
                tokenizer: TokenizerLike = None, order: str = "input",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
-               max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY):
+               max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
+               title_key: Optional[str] = "title"):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
-                   max_per_group=max_per_group, granularity=granularity)
+                   max_per_group=max_per_group, granularity=granularity, title_key=title_key)
     self.group_by, self.max_per_group = group_by, max_per_group
-    self.granularity = granularity
+    self.granularity, self.title_key = granularity, title_key
     if pipeline is not None and encoder is not None:
       raise TypeError("Give `pipeline` or `encoder`, not both (a pipeline has its encoder).")
     self.encoder = encoder
@@ -115,7 +123,7 @@ class JaxselRanker:
         self, encoder=None if self.encoder is None else os.fspath(self.encoder),
         budget=self.budget, method=self.method, k=self.k, min_gain=self.min_gain,
         order=self.order, reuse_embeddings=self.reuse_embeddings, group_by=self.group_by,
-        max_per_group=self.max_per_group, granularity=self.granularity)
+        max_per_group=self.max_per_group, granularity=self.granularity, title_key=self.title_key)
 
   @classmethod
   def from_dict(cls, data: dict[str, Any]) -> "JaxselRanker":
@@ -158,11 +166,12 @@ class JaxselRanker:
         k=self.k if k is None else k, min_gain=self.min_gain, order=self.order,
         what="document", query_hint="connect the query's embedding to `query_embedding`",
         groups=group_labels([d.meta for d in documents], self.group_by),
-        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self.tokenizer)
+        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self.tokenizer,
+        titles=titles([d.meta for d in documents], self.title_key))
     out = []
     for p in picks:
       doc = documents[p.index]
       meta = {**doc.meta, "jaxsel_rank": p.rank, "jaxsel_gain": p.gain, **p.metadata()}
-      part = {} if p.text is None else {"content": p.text, "embedding": None}
+      part = {} if p.text is None else {"content": p.sent, "embedding": None}
       out.append(dataclasses.replace(doc, score=p.score, meta=meta, **part))
     return {"documents": out}

@@ -19,7 +19,7 @@ import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, DEFAULT_METHOD, require, resolve_method,
                                         select_candidates, stack_embeddings, TokenizerLike,
-                                        group_labels)
+                                        group_labels, titles)
 from jaxsel.defaults import DEFAULT_GRANULARITY
 
 require("langchain_core", "LangChain", "langchain")
@@ -74,8 +74,15 @@ class JaxselCompressor(BaseDocumentCompressor):
       document whole, else ``"passage"`` (so also without a budget, and with stored embeddings,
       which are then used); ``"passage"``: documents kept whole; ``"sentence"``: a document is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
-      page_content is `page_content[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
-      metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
+      page_content is `page_content[start:end]` (after its heading: `title_key`), with
+      ``"jaxsel_start"`` / ``"jaxsel_end"`` in its metadata); the sentences are embedded by jaxsel's
+      encoder, not with stored embeddings.
+    title_key: the metadata key of a document's title (default ``"title"``, as LangChain's
+      Wikipedia and web loaders set it; None: no titles). A part that does not hold its
+      document's title is sent as ``"title: part"`` (its page_content; the budget counts the
+      heading), so a sentence read alone still says what it is about, as `jaxsel.Pipeline`
+      sends a part of a titled passage; the title also names the document for the second-hop
+      signals. A document without the key, or with a blank or non-str value, has no title.
   """
 
   model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -91,6 +98,7 @@ class JaxselCompressor(BaseDocumentCompressor):
   group_by: Optional[str] = None
   max_per_group: Optional[int] = None
   granularity: str = DEFAULT_GRANULARITY
+  title_key: Optional[str] = "title"
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -101,14 +109,15 @@ class JaxselCompressor(BaseDocumentCompressor):
                embeddings: Optional[Embeddings] = None, embedding_key: str = "embedding",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
                max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
-               **kwargs: Any):
+               title_key: Optional[str] = "title", **kwargs: Any):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
-                   max_per_group=max_per_group, granularity=granularity)
+                   max_per_group=max_per_group, granularity=granularity, title_key=title_key)
     super().__init__(budget=budget, method=method, k=k, min_gain=min_gain, order=order,
                      embeddings=embeddings, embedding_key=embedding_key,
                      reuse_embeddings=reuse_embeddings, group_by=group_by,
-                     max_per_group=max_per_group, granularity=granularity, **kwargs)
+                     max_per_group=max_per_group, granularity=granularity, title_key=title_key,
+                     **kwargs)
     self._pipeline = build_pipeline(pipeline, encoder)
     self._tokenizer = tokenizer
 
@@ -150,12 +159,13 @@ class JaxselCompressor(BaseDocumentCompressor):
         order=self.order, what="document",
         query_hint="pass your vector store's `embeddings=` model to embed the query",
         groups=group_labels([d.metadata for d in documents], self.group_by),
-        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self._tokenizer)
+        max_per_group=self.max_per_group, granularity=self.granularity, tokenizer=self._tokenizer,
+        titles=titles([d.metadata for d in documents], self.title_key))
     out = []
     for p in picks:
       doc = documents[p.index]
       meta = {**doc.metadata, "relevance_score": p.score, "jaxsel_rank": p.rank,
               "jaxsel_gain": p.gain, **p.metadata()}
-      update = {"metadata": meta} if p.text is None else {"metadata": meta, "page_content": p.text}
+      update = {"metadata": meta} if p.text is None else {"metadata": meta, "page_content": p.sent}
       out.append(doc.model_copy(update=update))
     return out

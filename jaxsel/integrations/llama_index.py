@@ -17,7 +17,7 @@ import jaxsel
 from jaxsel.integrations._common import (as_query_embedding, build_pipeline, candidate_costs,
                                         check_settings, DEFAULT_METHOD, require, resolve_method,
                                         select_candidates, stack_embeddings, TokenizerLike,
-                                        group_labels)
+                                        group_labels, titles)
 from jaxsel.defaults import DEFAULT_GRANULARITY
 
 require("llama_index.core", "LlamaIndex", "llama-index")
@@ -70,9 +70,15 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
       node whole, else ``"passage"`` (so also without a budget, and with stored embeddings,
       which are then used); ``"passage"``: nodes kept whole; ``"sentence"``: a node is
       kept whole or as runs of its sentences, all within the budget (a part is a copy whose
-      text is `text[start:end]`, with ``"jaxsel_start"`` / ``"jaxsel_end"`` in its
-      metadata); the sentences are embedded by jaxsel's encoder, not with stored embeddings.
+      text is `text[start:end]` (after its heading: `title_key`), with ``"jaxsel_start"`` /
+      ``"jaxsel_end"`` in its metadata); the sentences are embedded by jaxsel's encoder, not with
+      stored embeddings.
       A part's cost counts its text and the metadata LlamaIndex sends with it.
+    title_key: the metadata key of a node's title, None by default: LlamaIndex sends a node's
+      metadata with it (`MetadataMode.LLM`), so a part already reaches the LLM under its title.
+      Set it when the title is excluded from what the LLM reads (`excluded_llm_metadata_keys`):
+      a part that does not hold its node's title is then embedded, counted and sent as
+      ``"title: part"`` (its text), as `jaxsel.Pipeline` sends a part of a titled passage.
   """
 
   budget: Optional[float] = Field(default=None, description="Most tokens of the selected nodes.")
@@ -86,6 +92,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
   max_per_group: Optional[int] = Field(default=None, description="Most nodes kept per group.")
   granularity: str = Field(default=DEFAULT_GRANULARITY,
                            description="'auto' (default), 'passage' or 'sentence'.")
+  title_key: Optional[str] = Field(default=None, description="Metadata key of a node's title.")
   _pipeline: Any = PrivateAttr()
   _tokenizer: Any = PrivateAttr()
 
@@ -95,13 +102,14 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
                tokenizer: TokenizerLike = None, order: str = "input",
                reuse_embeddings: bool = True, group_by: Optional[str] = None,
                max_per_group: Optional[int] = None, granularity: str = DEFAULT_GRANULARITY,
-               **kwargs: Any):
+               title_key: Optional[str] = None, **kwargs: Any):
     method = resolve_method(method, pipeline)
     check_settings(method=method, budget=budget, k=k, order=order, group_by=group_by,
-                   max_per_group=max_per_group, granularity=granularity)
+                   max_per_group=max_per_group, granularity=granularity, title_key=title_key)
     super().__init__(budget=budget, method=method, k=k, min_gain=min_gain, order=order,
                      reuse_embeddings=reuse_embeddings, group_by=group_by,
-                     max_per_group=max_per_group, granularity=granularity, **kwargs)
+                     max_per_group=max_per_group, granularity=granularity, title_key=title_key,
+                     **kwargs)
     self._pipeline = build_pipeline(pipeline, encoder)
     self._tokenizer = tokenizer
 
@@ -147,6 +155,7 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
           contents=contents, groups=group_labels([n.node.metadata for n in nodes], self.group_by),
           max_per_group=self.max_per_group, granularity=granularity,
           tokenizer=self._tokenizer, overhead=overhead,
+          titles=titles([n.node.metadata for n in nodes], self.title_key),
           query_hint="give the query embedding (`QueryBundle(query_str, embedding=...)`)")
       out = [NodeWithScore(node=nodes[p.index].node if p.text is None else
                            _part(nodes[p.index].node, p), score=p.score) for p in picks]
@@ -155,8 +164,9 @@ class JaxselNodePostprocessor(BaseNodePostprocessor):
 
 
 def _part(node, pick):
-  """A copy of `node` holding the part `pick` of its text (`text[start:end]`), with a new id
-  (LlamaIndex keys nodes by id) and `"jaxsel_start"` / `"jaxsel_end"` in its metadata."""
+  """A copy of `node` holding the part `pick` of its text (`text[start:end]`, after its
+  heading, `Pick.sent`), with a new id (LlamaIndex keys nodes by id) and `"jaxsel_start"` /
+  `"jaxsel_end"` in its metadata."""
   return node.model_copy(update={
-      "text": pick.text, "embedding": None, "id_": f"{node.node_id}#{pick.start}-{pick.end}",
+      "text": pick.sent, "embedding": None, "id_": f"{node.node_id}#{pick.start}-{pick.end}",
       "metadata": {**node.metadata, **pick.metadata()}})

@@ -1,7 +1,8 @@
 """`granularity="sentence"` in the three adapters: a candidate kept whole or as runs of its
-sentences (a copy holding `text[start:end]`, with `jaxsel_start` / `jaxsel_end`), within the
-budget in the adapter's counter (the encoder's, or a second tokenizer given to it), and a bad
-value refused when the adapter is built."""
+sentences (a copy holding `text[start:end]`, with `jaxsel_start` / `jaxsel_end`; after its
+title, `title_key`, where the part does not hold it), within the budget in the adapter's
+counter (the encoder's, or a second tokenizer given to it), and a bad value refused when the
+adapter is built."""
 
 import pytest
 from haystack import Document as HaystackDocument
@@ -15,25 +16,34 @@ from jaxsel.integrations.langchain import JaxselCompressor
 from jaxsel.integrations.llama_index import JaxselNodePostprocessor
 
 QUERY = "What government position was held by the woman who portrayed Corliss Archer?"
-PARAGRAPHS = [p for p in DEMO_DOCUMENT.read_text("utf-8").split("\n\n")
-              if p.strip() and not p.startswith("#")][:8]
+BLOCKS = DEMO_DOCUMENT.read_text("utf-8").split("\n\n")
+PARAGRAPHS = [p for p in BLOCKS if p.strip() and not p.startswith("#")][:8]
+TITLES = [BLOCKS[BLOCKS.index(p) - 1].removeprefix("## ") for p in PARAGRAPHS]  # their headings
 
 
-def _llama(encoder, texts, **settings):
-  nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}", metadata={"i": i}), score=1.0)
+def _meta(i, titles):
+  return {"i": i} if titles is None else {"i": i, "title": titles[i]}
+
+
+def _llama(encoder, texts, titles=None, **settings):
+  # A title in the metadata is left out of what LlamaIndex embeds and sends (the adapter's
+  # `title_key` then heads the parts with it).
+  nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}", metadata=_meta(i, titles),
+                                       excluded_embed_metadata_keys=["title"],
+                                       excluded_llm_metadata_keys=["title"]), score=1.0)
            for i, t in enumerate(texts)]
   out = JaxselNodePostprocessor(encoder=encoder, **settings).postprocess_nodes(nodes, query_str=QUERY)
   return [(n.node.metadata, n.node.get_content()) for n in out]
 
 
-def _langchain(encoder, texts, **settings):
-  docs = [LangChainDocument(page_content=t, metadata={"i": i}) for i, t in enumerate(texts)]
+def _langchain(encoder, texts, titles=None, **settings):
+  docs = [LangChainDocument(page_content=t, metadata=_meta(i, titles)) for i, t in enumerate(texts)]
   return [(d.metadata, d.page_content)
           for d in JaxselCompressor(encoder=encoder, **settings).compress_documents(docs, QUERY)]
 
 
-def _haystack(encoder, texts, **settings):
-  docs = [HaystackDocument(content=t, meta={"i": i}, id=str(i)) for i, t in enumerate(texts)]
+def _haystack(encoder, texts, titles=None, **settings):
+  docs = [HaystackDocument(content=t, meta=_meta(i, titles), id=str(i)) for i, t in enumerate(texts)]
   out = JaxselRanker(encoder=encoder, **settings).run(query=QUERY, documents=docs)["documents"]
   return [(d.meta, d.content) for d in out]
 
@@ -79,6 +89,8 @@ def test_bad_granularity_is_refused_when_built(tiny, framework):
   cls, _ = ADAPTERS[framework]
   with pytest.raises(ValueError, match="`granularity`"):
     cls(encoder=tiny, granularity="paragraph")
+  with pytest.raises(TypeError, match="`title_key`"):
+    cls(encoder=tiny, title_key=["title"])
 
 
 @pytest.mark.parametrize("framework", ADAPTERS)
@@ -91,3 +103,31 @@ def test_auto_granularity_is_sentences_under_a_tight_budget_else_whole(minilm, f
   roomy = run(minilm, PARAGRAPHS, budget=100_000, granularity="auto")
   assert roomy == run(minilm, PARAGRAPHS, budget=100_000, granularity="passage")
   assert all("jaxsel_start" not in m for m, _ in roomy)
+
+
+@pytest.mark.parametrize("framework", ADAPTERS)
+def test_titled_parts_are_headed_as_the_pipeline_sends_them(minilm, framework):
+  """With titles in the metadata (`title_key="title"`, LangChain's and Haystack's default), a
+  part that does not hold its candidate's title is returned as ``"title: part"``, the budget
+  counts the heading, and the pieces are those `Pipeline.select` sends for the same titled
+  passages; `title_key=None` returns bare spans."""
+  _, run = ADAPTERS[framework]
+  counter, budget = jaxsel.token_counter(minilm), 90
+  kept = run(minilm, PARAGRAPHS, TITLES, budget=budget, granularity="sentence", title_key="title")
+  assert sum(counter.count_one(text) for _, text in kept) <= budget
+  got, headed = set(), 0
+  for m, text in kept:
+    i, start, end = m["i"], m.get("jaxsel_start", 0), m.get("jaxsel_end", len(PARAGRAPHS[m["i"]]))
+    span = PARAGRAPHS[i][start:end]
+    heading = "" if TITLES[i] in span or "jaxsel_start" not in m else f"{TITLES[i]}: "
+    assert text == heading + span
+    headed += bool(heading)
+    got.add((i, start, end, text))
+  assert headed  # some part here does not hold its title
+  passages = [jaxsel.Passage(t, 0, len(t), doc=i, tokens=int(counter.count_one(t)), title=TITLES[i])
+              for i, t in enumerate(PARAGRAPHS)]
+  res = jaxsel.Pipeline(minilm).select(QUERY, passages, budget=budget, granularity="sentence")
+  assert got == {(p.doc, p.start, p.end, p.sent_text) for p in res.passages}
+  bare = run(minilm, PARAGRAPHS, TITLES, budget=budget, granularity="sentence", title_key=None)
+  assert all(text == PARAGRAPHS[m["i"]][m.get("jaxsel_start", 0):m.get("jaxsel_end")]
+             for m, text in bare)

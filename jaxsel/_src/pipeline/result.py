@@ -55,6 +55,9 @@ class Pick(NamedTuple):
   tokens: int  # what the pick costs
   relevance: Optional[float]  # to the queries (max over them); None for text selection
   gain: float  # its marginal gain under the method's objective when it was picked
+  # What is sent before `text`: a part that does not hold its document's title gets "title: "
+  # (`Passage.prefix`, granularity "sentence"); "" otherwise. `tokens` counts it.
+  prefix: str = ""
 
 
 @dataclasses.dataclass
@@ -123,7 +126,7 @@ class SelectionResult:
     """`[K]` `Pick`s in pick order: each names its document and the span of it that is sent
     (a part of it at granularity "sentence", or where the pipeline split the document)."""
     return [Pick(int(p.doc), int(p.start), int(p.end), p.text, int(p.tokens),
-                 None if self.scores is None else float(self.scores[t]), float(g))
+                 None if self.scores is None else float(self.scores[t]), float(g), p.prefix)
             for t, (p, g) in enumerate(zip(self.passages, self.gains))]
 
   def ordered(self, order: str = "selection", *, previous=None) -> list:
