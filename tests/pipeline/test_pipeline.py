@@ -294,13 +294,13 @@ def test_asymmetric_and_symmetric_prompts():
 
 def test_index_source_and_default_index(enc, tmp_path):
   pipe = Pipeline(enc, max_tokens=80, candidates=8)
-  ix = pipe.build_index([DOC, "A second document about Kansas."], sources=["wiki.md", "two.txt"])
-  assert len(ix) == len(split(enc, [DOC, "x"]))
+  docs = [SMALL, "A second document about Kansas."]  # 25 passages: 8 candidates from the index
+  ix = pipe.build_index(docs, sources=["wiki.md", "two.txt"])
+  assert len(ix) == len(split(enc, [SMALL, "x"]))
   ix.save(tmp_path / "ix")
   ix = VectorIndex.load(tmp_path / "ix")
   res = Pipeline(enc, index=ix, max_tokens=80, candidates=8).select(Q0, budget=150)
   assert len(res.candidates) == 8 and res.cost <= 150
-  docs = [DOC, "A second document about Kansas."]
   for p in res.passages:  # spans and sources survive the round trip through the index
     assert docs[p.doc][p.start:p.end] == p.text and p.source in ("wiki.md", "two.txt")
   hits = ix.search(enc.encode([Q0], prompt_name="query"), k=8)
