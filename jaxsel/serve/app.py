@@ -388,7 +388,9 @@ def _job(body: models.Extensions, *, max_documents: int, max_tokens_per_doc=None
     raise RequestError("`granularity` 'sentence' embeds each document's sentences with the "
                        "server's encoder; leave out `embeddings` and `query_embedding`",
                        "granularity")
+  titles = tuple(None if isinstance(d, str) else d.title for d in body.documents)
   return Job(query=body.query, texts=tuple(texts),
+             titles=titles if any(t is not None for t in titles) else None,
              top_n=None if body.top_n is None else min(body.top_n, n),
              select=select, granularity=granularity,
              budget=body.budget_tokens, method=body.method,
@@ -407,6 +409,8 @@ def _results(outcome: Outcome, texts=None) -> list:
       r["document"] = {"text": texts[p.index][p.start:p.end]}
     if p.start is not None:  # a part of the document (granularity "sentence")
       r["start"], r["end"] = p.start, p.end
+      if p.prefix:  # its title, sent before it (the document's `title`)
+        r["prefix"] = p.prefix
     if outcome.selection is not None:
       r["cost_tokens"] = p.cost
       r["gain"] = p.gain if math.isfinite(p.gain) else None

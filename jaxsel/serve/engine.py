@@ -58,6 +58,14 @@ class Job:
   query_embedding: Optional[np.ndarray] = None  # [D]
   max_tokens_per_doc: Optional[int] = None
   granularity: str = DEFAULT_GRANULARITY
+  titles: Optional[tuple] = None  # [N] a title (str) or None per document; None: no titles
+
+  @property
+  def documents(self) -> list:
+    """What `Pipeline.pick` takes: the texts, or `{"text", "title"}` records with titles."""
+    if self.titles is None:
+      return list(self.texts)
+    return [t if ti is None else {"text": t, "title": ti} for t, ti in zip(self.texts, self.titles)]
 
   @property
   def constrained(self) -> bool:
@@ -72,6 +80,7 @@ class Pick:
   gain: Optional[float] = None
   start: Optional[int] = None  # a part of the document (granularity "sentence"), else None
   end: Optional[int] = None
+  prefix: str = ""  # what is counted before a part: "title: " where it does not hold the title
 
 
 @dataclasses.dataclass
@@ -204,7 +213,7 @@ class Engine:
     method = self._method(job)
     jobs = [p.job for p in preps]
     results = self.pipe(method).pick_many(
-        [(None if method == "coverage" else j.query, j.texts) for j in jobs],
+        [(None if method == "coverage" else j.query, j.documents) for j in jobs],
         budget=job.budget, k=job.top_n, granularity=job.granularity,
         max_per_group=job.max_per_group, pinned=[j.pinned for j in jobs],
         groups=[j.groups for j in jobs], costs=[p.costs for p in preps],
@@ -225,7 +234,7 @@ class Engine:
     cosines = self._cosines(p) if res.scores is None else None
     out = [Pick(q.document, float(q.relevance if cosines is None else cosines[q.document]),
                 q.tokens, q.gain,
-                *(() if q.end - q.start == len(texts[q.document]) else (q.start, q.end)))
+                *(() if q.end - q.start == len(texts[q.document]) else (q.start, q.end, q.prefix)))
            for q in picks]
     selection = {"cost_tokens": int(res.cost), "budget_tokens": p.job.budget,
                  "method": res.method, "certified": res.certified}

@@ -20,6 +20,10 @@ class Document(BaseModel):
   """A document as an object (Jina's `{"text": ...}`)."""
   model_config = ConfigDict(extra="ignore")
   text: str = Field(description="The document's text.")
+  title: Optional[str] = Field(
+      None, description="jaxsel: the document's title. A part of the document that does not "
+                        "hold it is counted (and embedded) after it, as `title: part`: the "
+                        "result's `prefix`, to send before the part's text.")
 
 
 class Extensions(BaseModel):
@@ -125,6 +129,10 @@ class Result(BaseModel):
       None, description="jaxsel, `granularity` `sentence`: the part kept is "
                         "`document[start:end]` (left out when the document is kept whole).")
   end: Optional[int] = Field(None, description="jaxsel: see `start`.")
+  prefix: Optional[str] = Field(
+      None, description="jaxsel: what a part is counted (and to be sent) with before its text: "
+                        "`title: ` when the document object has a `title` the part does not "
+                        "hold (left out otherwise).")
 
 
 class Usage(BaseModel):

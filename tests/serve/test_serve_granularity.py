@@ -46,3 +46,23 @@ def test_sentence_granularity_keeps_parts_within_the_budget(url):
 def test_bad_granularity_answers_422(url, extra):
   r = post(url, {"query": "cats", "documents": DOCS, "budget_tokens": 60, **extra})
   assert r.status_code == 422 and "granularity" in r.text
+
+
+def test_a_titled_documents_parts_come_with_their_heading(url):
+  """A document object's `title`: a part that does not hold it is counted after it (`prefix`,
+  `title: `, in `cost_tokens`), as `Pipeline.pick` counts a titled record's part."""
+  titles = [f"Farm {i}" for i in range(len(DOCS))]
+  body = {"query": "Where do the cats sleep?", "budget_tokens": 60, "method": "naive",
+          "granularity": "sentence",
+          "documents": [{"text": t, "title": ti} for t, ti in zip(DOCS, titles)]}
+  d = post(url, body).json()
+  parts = [x for x in d["results"] if "start" in x]
+  assert parts and all(x["prefix"] == f"{titles[x['index']]}: " for x in parts)
+  res = jaxsel.Pipeline(jaxsel.testing.tiny_encoder(), method="naive").pick(
+      body["query"], body["documents"], budget=60, granularity="sentence")
+  assert [(x["index"], x.get("start"), x.get("prefix", ""), x["cost_tokens"])
+          for x in d["results"]] == [
+      (p.document, p.start if p.end - p.start < len(DOCS[p.document]) else None, p.prefix,
+       p.tokens) for p in res.picks]
+  bare = post(url, {**body, "documents": DOCS}).json()
+  assert all("prefix" not in x for x in bare["results"])
