@@ -78,15 +78,16 @@ def _span(i: int, meta: dict, texts: list, sent: str) -> tuple:
   return i, 0, len(texts[i]), texts[i]
 
 
-def adapter(name: str, encoder, budget: int, tokenizer=None):
+def adapter(name: str, encoder, budget: int, tokenizer=None, **settings):
   """`(question, texts, titles) -> picked (index, start, end, sent)` through the framework
   adapter `name`, built with only an encoder and a budget (and `tokenizer` when given): a
   document kept whole, or the part of it the adapter sent (granularity "auto" cuts sentences
   under a tight budget; `sent` is the part with its heading). LangChain's and Haystack's
   documents carry their `titles` (None each for untitled ones) in their metadata under
   ``"title"``, the key those adapters read by default; LlamaIndex's nodes carry none (LlamaIndex
-  would send metadata with every node; its adapter reads no title by default)."""
-  extra = {} if tokenizer is None else {"tokenizer": tokenizer}
+  would send metadata with every node; its adapter reads no title by default). `settings`: more
+  of the adapter's arguments (e.g. ``title_key=None``)."""
+  extra = {**settings, **({} if tokenizer is None else {"tokenizer": tokenizer})}
 
   def meta(i, titles):
     return {"i": i} if titles is None or titles[i] is None else {"i": i, "title": titles[i]}
@@ -119,11 +120,12 @@ def adapter(name: str, encoder, budget: int, tokenizer=None):
   raise ValueError(f"unknown adapter {name!r}")
 
 
-def adapter_select(name: str):
-  """A `Config.select` of the framework adapter `name`: the pieces it kept of each question's
-  paragraphs (with their titles, `adapter`), and whether they go over the budget in the
-  encoder's count and, with the same adapter given SmolLM2's tokenizer (the offline GGUF
-  file), in that tokenizer's: each piece counted as the adapter returned it, heading included."""
+def adapter_select(name: str, **settings):
+  """A `Config.select` of the framework adapter `name` (built with `settings` too): the pieces
+  it kept of each question's paragraphs (with their titles, `adapter`), and whether they go over
+  the budget in the encoder's count and, with the same adapter given SmolLM2's tokenizer (the
+  offline GGUF file), in that tokenizer's: each piece counted as the adapter returned it,
+  heading included."""
 
   def make(encoder):
     built = {}  # the second tokenizer and the adapters, once something is to be selected
@@ -134,7 +136,8 @@ def adapter_select(name: str):
         built.update(counter=jaxsel.token_counter(encoder), second=reader_tokenizer("smollm2"))
       counter, second = built["counter"], built["second"]
       if budget not in built:
-        built[budget] = (adapter(name, encoder, budget), adapter(name, encoder, budget, second))
+        built[budget] = (adapter(name, encoder, budget, **settings),
+                         adapter(name, encoder, budget, second, **settings))
       plain, checked = built[budget]
       out = []
       for q in qs:
@@ -165,7 +168,10 @@ DEFAULTS = Grid(
         Config("naive", "NaiveRAG, paragraphs", {"method": "naive"}, "passage"),
         Config("naive_auto", "NaiveRAG, default granularity", {"method": "naive"}),
         Config("pipeline", "`Pipeline(enc)`"),
-        *(Config(a, label, select=adapter_select(a)) for a, label in ADAPTERS.items())))
+        *(Config(a, label, select=adapter_select(a)) for a, label in ADAPTERS.items()),
+        # A probe: the LangChain adapter without titles (`--configs langchain,langchain_no_titles`).
+        Config("langchain_no_titles", "LangChain, `title_key=None`",
+               select=adapter_select("langchain", title_key=None))))
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -313,6 +319,9 @@ def forms(argv=None) -> int:
   return 0
 
 
+_RUN = ("naive", "naive_auto", "pipeline", *ADAPTERS)  # what `defaults` runs unless --configs
+
+
 def defaults(argv=None) -> int:
   """What users get without choosing a method or a granularity (`DEFAULTS`): `Pipeline(enc)`
   and each framework adapter built with only an encoder and a budget, given whole paragraphs,
@@ -320,17 +329,20 @@ def defaults(argv=None) -> int:
   (a piece of every gold paragraph sent) with the paired bootstrap 95% CI of the difference
   from the better NaiveRAG."""
   p = parser(DEFAULTS, defaults.__doc__, out=os.path.join(runner.ROOT, "out", "defaults.json"))
+  p.set_defaults(configs=",".join(c.name for c in DEFAULTS.configs if c.name in _RUN))
   p.add_argument("--adapters-every", type=int, default=1,
                  help="run the adapters on every K-th question only (they share the Pipeline's "
                       "code: `agree` counts identical picks)")
   args = p.parse_args(argv)
   grid = grid_of(DEFAULTS, args)
-  grid = grid._replace(configs=tuple(c._replace(every=args.adapters_every) if c.name in ADAPTERS
+  grid = grid._replace(configs=tuple(c._replace(every=args.adapters_every) if c.select
                                      else c for c in grid.configs))
   results = evaluate(grid, args)
   adapters = [c.name for c in grid.configs if c.name in ADAPTERS]
   if _probe(grid, ("naive", "pipeline")) or len(grid.budgets) != 1:
     print("\n".join(runner.means_lines(results)))
+    if len(grid.configs) == 2:
+      print("\n".join(runner.paired_lines(results, *(c.name for c in grid.configs))))
     return 0
   b = grid.budgets[0]
   report = {k: reports.defaults_summary(r, b, adapters) for k, r in results.items()}

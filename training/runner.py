@@ -382,3 +382,21 @@ def means_lines(results: Mapping) -> list:
                           if k not in ("ms", "tokens") and np.isfinite(np.asarray(v, float)).any())
         lines.append(f"{key} {m} {b}: {cells}")
   return lines
+
+
+def paired_lines(results: Mapping, a: str, b: str) -> list:
+  """Configuration `a` minus `b` per cell, budget and metric over the questions both ran
+  (mean and paired bootstrap 95% CI, in points): a probe of two configurations' output."""
+  lines = []
+  for key, r in results.items():
+    per = r["per_question"]
+    for budget in per[a]:
+      cells = []
+      for k, va in per[a][budget].items():
+        if k in ("ms", "tokens") or k not in per[b][budget]:
+          continue
+        iv = evaluation.paired_bootstrap(va, per[b][budget][k])
+        if np.isfinite(iv.mean):
+          cells.append(f"{k} {iv.mean * 100:+.1f} [{iv.low * 100:+.1f}, {iv.high * 100:+.1f}]")
+      lines.append(f"{key} {budget}: {a} - {b}: {', '.join(cells)}")
+  return lines

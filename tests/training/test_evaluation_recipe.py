@@ -202,3 +202,12 @@ def test_forms_against_an_earlier_run_counts_gains_and_losses():
   assert lines[2].startswith("| 2Wiki | untitled | 256 | learned_hops | 50.0 | 75.0 | +2 / -1 | +25.0 [")
   with pytest.raises(ValueError, match="same --limit"):
     reports.paired_lines({"2wiki:untitled:256:naive": np.zeros(3)}, before)
+
+
+def test_a_probe_of_two_configurations_prints_their_paired_difference():
+  from training import runner
+  per = {"a": {256: {"sf": [1.0, 1.0, 0.0, float("nan")], "ms": [1.0] * 4}},
+         "b": {256: {"sf": [0.0, 1.0, 0.0, 1.0], "ms": [2.0] * 4}}}
+  lines = runner.paired_lines({"2wiki:titled": {"per_question": per}}, "a", "b")
+  assert len(lines) == 1 and lines[0].startswith("2wiki:titled 256: a - b: sf +33.3 [")
+  assert "ms" not in lines[0]  # timings are not a paired metric
