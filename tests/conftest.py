@@ -68,6 +68,17 @@ def _free_compiled_programs():
   jax.clear_caches()
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+  """PyTorch decodes on one thread for the module: 2 cores run two test workers (and other
+  work), and PyTorch's thread pool spinning against them made decoding 10x slower under load."""
+  import torch
+  before = torch.get_num_threads()
+  torch.set_num_threads(1)
+  yield
+  torch.set_num_threads(before)
+
+
 def pytest_collection_modifyitems(config, items):
   """Under pytest-xdist (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`) each worker
   takes the next test file when it finishes one. Files with `slow` tests are queued first, then

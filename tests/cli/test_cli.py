@@ -285,17 +285,6 @@ def test_a_closed_output_pipe_is_no_traceback(files):
 # ----------------------------------------------------------------------------- ask
 
 
-@pytest.fixture
-def one_torch_thread():
-  # 2 cores shared with other work: PyTorch's thread pool spins against it (see
-  # tests/generation/test_generation.py), so the real model decodes on one thread here.
-  torch = pytest.importorskip("torch")
-  before = torch.get_num_threads()
-  torch.set_num_threads(1)
-  yield
-  torch.set_num_threads(before)
-
-
 def _smollm2_installed():
   from jaxsel._src import generation
   import accelerate  # noqa: F401  (installed by `make install`: the `llm` extra)

@@ -14,16 +14,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-  # The machine has 2 cores shared with other work: PyTorch's thread pool spins against it
-  # (10x slower decoding measured under load), so these tests decode on one thread.
-  before = torch.get_num_threads()
-  torch.set_num_threads(1)
-  yield
-  torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------------------- tiny random Llama
 
 WORDS = ["<pad>", "<s>", "</s>", "<user>", "<bot>", "<sys>"] + [f"w{i}" for i in range(58)]
@@ -61,7 +51,7 @@ def tiny_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_folder, one_thread):
+def tiny(tiny_folder, one_torch_thread):
   return gen.load_generator(tiny_folder, batch_size=3)
 
 
@@ -80,12 +70,12 @@ def test_tiny_from_folder(tiny, tiny_folder):
   assert tiny.generate([], max_new_tokens=6) == []
 
 
-def test_tiny_batch_size_does_not_change_answers(tiny_folder, tiny, one_thread):
+def test_tiny_batch_size_does_not_change_answers(tiny_folder, tiny, one_torch_thread):
   one = gen.load_generator(tiny_folder, batch_size=1)
   assert one.generate(PROMPTS, max_new_tokens=5) == tiny.generate(PROMPTS, max_new_tokens=5)
 
 
-def test_greedy_even_when_the_model_config_samples(tiny_folder, tiny, one_thread):
+def test_greedy_even_when_the_model_config_samples(tiny_folder, tiny, one_torch_thread):
   g = gen.load_generator(tiny_folder)
   g.model.generation_config = transformers.GenerationConfig(
       do_sample=True, temperature=5.0, top_k=20, eos_token_id=2, bos_token_id=1)
@@ -99,7 +89,7 @@ def test_max_new_tokens_is_respected(tiny):
       assert len(tiny.tokenizer(answer, add_special_tokens=False)["input_ids"]) <= n
 
 
-def test_chat_template_and_system(tiny_folder, one_thread):
+def test_chat_template_and_system(tiny_folder, one_torch_thread):
   plain = gen.load_generator(tiny_folder, chat_template=False)
   chat = gen.load_generator(tiny_folder, system="w20")
   ids = lambda g, p: g.tokenizer.convert_ids_to_tokens(g.prompt_ids(p))  # noqa: E731
@@ -119,7 +109,7 @@ def _always(g, token):
   g.model.lm_head = head
 
 
-def test_answer_stops_at_eos(tiny_folder, one_thread):
+def test_answer_stops_at_eos(tiny_folder, one_torch_thread):
   g = gen.load_generator(tiny_folder)
   _always(g, "w7")
   assert g.generate(["w5", "w6 w6"], max_new_tokens=3) == ["w7 w7 w7"] * 2
@@ -199,7 +189,7 @@ CONTEXT_QUESTION = ("Context: The capital of France is Paris.\n"
 
 
 @pytest.fixture(scope="module")
-def smollm2(one_thread):
+def smollm2(one_torch_thread):
   import accelerate  # noqa: F401  (installed by `make install`: the `llm` extra)
   import gguf  # noqa: F401
   try:

@@ -227,7 +227,7 @@ def test_words_of_scripts_without_spaces_fit_a_small_budget(tiny, doc):
 
 
 @pytest.mark.slow
-def test_the_real_smollm2_answers_within_its_window(tiny):
+def test_the_real_smollm2_answers_within_its_window(tiny, one_torch_thread):
   smol = gen.default_generator()
   ans = jaxsel.Pipeline(tiny, generator=smol).answer(
       "Who portrayed Corliss Archer?", DOCS[:1], context_window=320, max_new_tokens=8)

@@ -310,7 +310,8 @@ class _Counting:
 
 
 @pytest.mark.slow
-def test_labelling_by_generated_answers_with_the_offline_smollm2(sample, tmp_path):
+def test_labelling_by_generated_answers_with_the_offline_smollm2(sample, tmp_path,
+                                                                one_torch_thread):
   """The paper's protocol: each distinct selection is answered once by the real SmolLM2 from
   the prompt `Pipeline.answer` sends, and scored F1 + ROUGE-L against the gold answers."""
   import jaxsel
