@@ -110,7 +110,8 @@ def _http_error(e: Exception) -> RequestError:
 
 
 def _field(loc) -> Optional[str]:
-  """`("body", "documents", 3, "text")` -> "documents[3].text"; None for the body itself."""
+  """`("body", "documents", 3, "Document", "title")` -> "documents[3].title"; None for the
+  body itself."""
   parts = list(loc[1:]) if loc and loc[0] == "body" else list(loc)
   if not parts or not isinstance(parts[0], str):
     return None
@@ -118,9 +119,11 @@ def _field(loc) -> Optional[str]:
   for p in parts[1:]:
     if isinstance(p, int):
       name += f"[{p}]"
-    elif p == "text":
-      name += ".text"
-    else:  # a union member's tag (`str`, `Document`): not a field
+    elif p == "Document":  # the object member of `str | Document`: its field follows
+      continue
+    elif p in ("text", "title"):
+      name += f".{p}"
+    else:  # another union member's tag (`str`): not a field
       break
   return name
 
@@ -499,6 +502,9 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
       return _error(400, f"malformed JSON: {first.get('msg', '')}", "body")
+    # The most specific error names the field (a document object's bad `title`, not the
+    # string member of `str | Document` the object is not).
+    first = max(errors, key=lambda e: len(e.get("loc", ())), default=first)
     field = _field(first.get("loc", ()))
     if field is None:
       message = "the body must be a JSON object with `query` and `documents`"
