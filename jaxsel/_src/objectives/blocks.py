@@ -95,13 +95,20 @@ def check_block(block, name: str = "block") -> int:
   return checks.integer(block, name, what=" (candidates per block)")
 
 
-def unit_embeddings(embeddings, eps: float = 1e-12) -> Array:
-  """Checked unit-norm `[N, D]` float embeddings (float32 or wider)."""
+def shaped_embeddings(embeddings) -> Array:
+  """`embeddings` as a float array whose shape is checked to be `[N, D]`; nothing computed on it
+  (so a size check can run before any work)."""
   e = checks.as_float_array(embeddings, "embeddings")
   if e.ndim != 2:
     raise ValueError(
         f"`embeddings` must be [N, D] (one row per candidate), got shape {e.shape}; for a batch "
         "build one objective per instance and stack them.")
+  return e
+
+
+def unit_embeddings(embeddings, eps: float = 1e-12) -> Array:
+  """Checked unit-norm `[N, D]` float embeddings (float32 or wider)."""
+  e = shaped_embeddings(embeddings)
   checks.check_finite(e, "embeddings")
   e = e.astype(jnp.promote_types(e.dtype, jnp.float32))
   return l2_normalize(e, eps)

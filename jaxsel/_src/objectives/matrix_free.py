@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 from jax import lax
 
@@ -28,7 +29,8 @@ from jaxsel._src import checks, native, pytree
 from jaxsel._src.numerics import nonnegative
 from jaxsel._src.objectives import cover_kernel
 from jaxsel._src.objectives.blocks import (Blocked, check_block, check_nonneg_method,
-                                           checked_relevance, max_state, unit_embeddings)
+                                           checked_relevance, max_state,
+                                           shaped_embeddings, unit_embeddings)
 from jaxsel._src.objectives.dense import CoverState, FacilityLocation, SaturatedCoverage, SaturationState
 
 Array = jax.Array
@@ -129,15 +131,19 @@ def _from_embeddings(cls, embeddings, relevance, valid, nonneg, block, backend, 
   native.check_backend(backend)
   block = check_block(block)
   max_dense_bytes = checks.static_int(max_dense_bytes, "max_dense_bytes")
-  e = unit_embeddings(embeddings)
-  v = checks.check_valid(valid, e.shape[0])
-  rel = checked_relevance(relevance, e.shape[0], v, e.dtype, required=required)
-  n = e.shape[0]
-  rows = min(block, n) * (1 if rel is None else rel.shape[-2]) * n
-  checks.fits(2 * rows * e.dtype.itemsize, "block", block,  # a block's rows and their gains
+  # The size check reads shapes only: it runs before anything is normalised or compiled.
+  if not (hasattr(embeddings, "dtype") and np.ndim(embeddings) == 2):
+    embeddings = shaped_embeddings(embeddings)  # a list, or the error naming the shape
+  n = np.shape(embeddings)[0]
+  q = np.shape(relevance)[0] if np.ndim(relevance) == 2 else 1
+  itemsize = jax.dtypes.canonicalize_dtype(jnp.promote_types(embeddings.dtype, jnp.float32)).itemsize
+  checks.fits(2 * min(block, n) * q * n * itemsize, "block", block,  # a block's rows and gains
               what=f"the similarity rows of one block (`[block, Q, N]`, N={n:,})",
               fix="lower `block` (candidates whose similarity rows are in memory at once; "
               "the default is 256)")
+  e = unit_embeddings(embeddings)
+  v = checks.check_valid(valid, n)
+  rel = checked_relevance(relevance, n, v, e.dtype, required=required)
   return cls(candidates=e, items=e, item_valid=v, relevance=rel, valid=v, block=block,
              nonneg=nonneg, backend=backend, max_dense_bytes=max_dense_bytes)
 
