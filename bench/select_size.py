@@ -7,7 +7,9 @@ request (first call: embedding, text signals, compilation) and repeats it (repea
 embeddings and text signals come from the cache; what a server pays for a request of a seen
 shape). N counts candidates: N short documents at ``passage``, N/5 documents of 5 sentences
 at ``sentence``. Peak memory is `ru_maxrss` after the two calls less its value once the
-encoder is loaded.
+encoder is loaded. `--titled`: each document a `{"text", "title"}` record through
+`Pipeline.pick`, as `jaxsel serve` and the framework adapters send titled documents (a part that
+does not hold its title is embedded, counted and sent after it).
 
   python bench/select_size.py                                   # every method, both granularities
   python bench/select_size.py --methods corag --sizes 50,1000   # one method
@@ -44,7 +46,7 @@ def documents(n: int, granularity: str, seed: int = 0) -> list:
   return [f"Document {d}: {sentence(d)}" for d in range(n)]
 
 
-def one(method: str, granularity: str, n: int) -> dict:
+def one(method: str, granularity: str, n: int, titled: bool = False) -> dict:
   """Measured in this process (see the module docstring)."""
   import resource
 
@@ -52,15 +54,19 @@ def one(method: str, granularity: str, n: int) -> dict:
   enc = jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2")
   pipe = jaxsel.Pipeline(enc, method=method)
   docs = documents(n, granularity)
+  call = pipe.select
+  if titled:
+    docs = [{"text": d, "title": f"Article {i}"} for i, d in enumerate(docs)]
+    call = pipe.pick
   query = None if method == "coverage" else QUESTION
   base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   t0 = time.perf_counter()
-  pipe.select(query, docs, budget=200, granularity=granularity)
+  call(query, docs, budget=200, granularity=granularity)
   t1 = time.perf_counter()
-  res = pipe.select(query, docs, budget=200, granularity=granularity)
+  res = call(query, docs, budget=200, granularity=granularity)
   t2 = time.perf_counter()
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  return {"method": method, "granularity": granularity, "n": n, "first_s": t1 - t0,
+  return {"method": method, "granularity": granularity, "n": n, "titled": titled, "first_s": t1 - t0,
           "repeat_s": t2 - t1, "peak_mb": (peak - base) / 1024, "picks": len(res.indices),
           "cost": res.cost}
 
@@ -78,12 +84,14 @@ def main(argv=None):
   ap.add_argument("--methods", default=",".join(METHODS))
   ap.add_argument("--granularities", default="passage,sentence")
   ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+  ap.add_argument("--titled", action="store_true",
+                  help="titled records through Pipeline.pick (as the server and adapters send)")
   ap.add_argument("--one", help=argparse.SUPPRESS)
   ap.add_argument("--out", help="also write the rows as JSON here")
   args = ap.parse_args(argv)
   if args.one:
-    m, g, n = args.one.split(":")
-    print(json.dumps(one(m, g, int(n))))
+    m, g, n, t = args.one.split(":")
+    print(json.dumps(one(m, g, int(n), t == "titled")))
     return
   sizes = [int(x) for x in args.sizes.split(",")]
   print(f"# {time.strftime('%Y-%m-%d %H:%M')} · {platform.processor() or platform.machine()} · "
@@ -96,7 +104,8 @@ def main(argv=None):
     for m in args.methods.split(","):
       got = []
       for n in sizes:
-        p = subprocess.run([sys.executable, __file__, "--one", f"{m}:{g}:{n}"],
+        form = "titled" if args.titled else "plain"
+        p = subprocess.run([sys.executable, __file__, "--one", f"{m}:{g}:{n}:{form}"],
                            capture_output=True, text=True)
         if p.returncode:
           got.append({"method": m, "granularity": g, "n": n, "error": p.stderr.strip()[-300:]})
