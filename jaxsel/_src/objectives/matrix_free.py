@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, native, pytree
@@ -132,8 +132,9 @@ def _from_embeddings(cls, embeddings, relevance, valid, nonneg, block, backend, 
   block = check_block(block)
   max_dense_bytes = checks.static_int(max_dense_bytes, "max_dense_bytes")
   # The size check reads shapes only: it runs before anything is normalised or compiled.
-  if not (hasattr(embeddings, "dtype") and np.ndim(embeddings) == 2):
-    embeddings = shaped_embeddings(embeddings)  # a list, or the error naming the shape
+  dtype = getattr(embeddings, "dtype", None)
+  if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or np.ndim(embeddings) != 2:
+    embeddings = shaped_embeddings(embeddings)  # a list, or the error naming the argument
   n = np.shape(embeddings)[0]
   q = np.shape(relevance)[0] if np.ndim(relevance) == 2 else 1
   itemsize = jax.dtypes.canonicalize_dtype(jnp.promote_types(embeddings.dtype, jnp.float32)).itemsize
