@@ -8,11 +8,11 @@ import logging
 import math
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jax
 import jaxsel
 from jaxsel._src import checks
 from jaxsel._src.scorers import basic as scorers

@@ -11,6 +11,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxsel._src import checks, pytree
@@ -104,6 +105,16 @@ def shaped_embeddings(embeddings) -> Array:
         f"`embeddings` must be [N, D] (one row per candidate), got shape {e.shape}; for a batch "
         "build one objective per instance and stack them.")
   return e
+
+
+def embeddings_shape(embeddings) -> tuple:
+  """The `[N, D]` shape and dtype of `embeddings` as `unit_embeddings` will see them, read from
+  a float array without converting it (so a size check can run before any work); other inputs
+  are converted and checked first (the error names `embeddings`)."""
+  dtype = getattr(embeddings, "dtype", None)
+  if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or np.ndim(embeddings) != 2:
+    embeddings = shaped_embeddings(embeddings)
+  return tuple(np.shape(embeddings)), embeddings.dtype
 
 
 def unit_embeddings(embeddings, eps: float = 1e-12) -> Array:

@@ -26,7 +26,8 @@ from jaxsel._src import checks, pytree
 from jaxsel._src.numerics import NEGATIVE_FIX, nonnegative
 from jaxsel._src.objectives import ann, knn_exact
 from jaxsel._src.objectives.blocks import (Blocked, check_block, check_nonneg_method,
-                                           checked_relevance, map_blocks, unit_embeddings)
+                                           checked_relevance, embeddings_shape, map_blocks,
+                                           unit_embeddings)
 from jaxsel._src.objectives.dense import CoverState, SaturationState
 
 Array = jax.Array
@@ -166,9 +167,9 @@ def knn_graph(embeddings, *, m: int, method: str = "exact", valid=None, nonneg: 
     if method != "exact":
       raise TypeError(f"`method={method!r}` builds an index on the host: it needs concrete "
                       "embeddings (call it outside `jit`).")
+    (n, _), _ = embeddings_shape(embeddings)
+    _check_m(m, n)  # from the shapes, before anything is normalised
     e = unit_embeddings(embeddings)
-    n = e.shape[0]
-    _check_m(m, n)
     return _knn_graph(e, checks.check_valid(valid, n), m=m, nonneg=nonneg, block=block)
   e = checks.as_host_float32(embeddings, "embeddings")
   if e.ndim != 2:

@@ -29,8 +29,8 @@ from jaxsel._src import checks, native, pytree
 from jaxsel._src.numerics import nonnegative
 from jaxsel._src.objectives import cover_kernel
 from jaxsel._src.objectives.blocks import (Blocked, check_block, check_nonneg_method,
-                                           checked_relevance, max_state,
-                                           shaped_embeddings, unit_embeddings)
+                                           checked_relevance, embeddings_shape, max_state,
+                                           unit_embeddings)
 from jaxsel._src.objectives.dense import CoverState, FacilityLocation, SaturatedCoverage, SaturationState
 
 Array = jax.Array
@@ -132,12 +132,9 @@ def _from_embeddings(cls, embeddings, relevance, valid, nonneg, block, backend, 
   block = check_block(block)
   max_dense_bytes = checks.static_int(max_dense_bytes, "max_dense_bytes")
   # The size check reads shapes only: it runs before anything is normalised or compiled.
-  dtype = getattr(embeddings, "dtype", None)
-  if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or np.ndim(embeddings) != 2:
-    embeddings = shaped_embeddings(embeddings)  # a list, or the error naming the argument
-  n = np.shape(embeddings)[0]
+  (n, _), dtype = embeddings_shape(embeddings)
   q = np.shape(relevance)[0] if np.ndim(relevance) == 2 else 1
-  itemsize = jax.dtypes.canonicalize_dtype(jnp.promote_types(embeddings.dtype, jnp.float32)).itemsize
+  itemsize = jax.dtypes.canonicalize_dtype(jnp.promote_types(dtype, jnp.float32)).itemsize
   checks.fits(2 * min(block, n) * q * n * itemsize, "block", block,  # a block's rows and gains
               what=f"the similarity rows of one block (`[block, Q, N]`, N={n:,})",
               fix="lower `block` (candidates whose similarity rows are in memory at once; "
