@@ -35,6 +35,7 @@ import time
 import types
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
+import jax
 import numpy as np
 
 import jaxsel
@@ -366,10 +367,17 @@ def run(grid: Grid, *, base, limits: Optional[Mapping] = None, weights: Optional
   """`run_cell` over the grid's sets and forms: `{"set:form": cell}`. `limits`: `{set: N}`,
   `"*"` for every other set; `weights`: `{set: path}`."""
   limits, weights = limits or {}, weights or {}
-  return {f"{name}:{form}": run_cell(grid, name, form, base=base, store=store, batched=batched,
-                                     limit=limits.get(name, limits.get("*")),
-                                     weights=weights.get(name), log=log)
-          for name in grid.sets for form in grid.forms}
+  out = {}
+  for name in grid.sets:
+    for form in grid.forms:
+      out[f"{name}:{form}"] = run_cell(grid, name, form, base=base, store=store, batched=batched,
+                                       limit=limits.get(name, limits.get("*")),
+                                       weights=weights.get(name), log=log)
+      # Every cell compiles its own programs (its scorer's weights, its requests' shapes), and
+      # XLA:CPU keeps each one's code mapped (~30 memory maps) while JAX's caches hold it: a
+      # whole grid in one process passed Linux's 65,530 maps and crashed. Freed per cell.
+      jax.clear_caches()
+  return out
 
 
 def means_lines(results: Mapping) -> list:
