@@ -20,11 +20,13 @@ on the order).
 from __future__ import annotations
 
 import functools
+import hashlib
 import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src.bridge import BridgeSignals, bridge_signals
@@ -237,15 +239,35 @@ def _learned_hops(req: Request, discount, *, params=None):
 
 def learned_hops_builder(params):
   """A `corag_scorer` builder `(request) -> scorer` of the learned second-hop scorer with other
-  weights (e.g. a model trained without one dataset, `training/train_hops.py`)."""
+  weights (e.g. a model trained without one dataset, `training/train_hops.py`). Builders of
+  equal weights are equal: Pipelines built from them share their compiled programs."""
   return _ParamsBuilder(params)
 
 
 class _ParamsBuilder:
-  """Hashable by identity (a static argument of the compiled solve)."""
+  """A static argument of the compiled solve, equal to another (and hashed alike) when their
+  weights are: a Pipeline built again from the same weights reuses the programs compiled for
+  them instead of compiling (and keeping) its own. Weights that are tracers (a builder made
+  inside a trace) compare by identity."""
 
   def __init__(self, params):
     self.params = params
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    if any(isinstance(x, jax.core.Tracer) for _, x in leaves):
+      self._key = id(self)
+      return
+    digest = hashlib.sha256()
+    for path, x in leaves:
+      a = np.ascontiguousarray(np.asarray(x))
+      digest.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
+      digest.update(a.tobytes())
+    self._key = digest.hexdigest()
+
+  def __eq__(self, other):
+    return isinstance(other, _ParamsBuilder) and other._key == self._key
+
+  def __hash__(self):
+    return hash(self._key)
 
   def __call__(self, req: Request):
     return _learned_hops(req, 1.0, params=self.params)

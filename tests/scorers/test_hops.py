@@ -1,6 +1,7 @@
 """The second-hop scorers (jaxsel/_src/scorers/hops.py): values against a NumPy reference,
-the learned scorer under jit/vmap in `corag_search`, the shipped weights (checksum), and the
-training script (loss falls, a checkpoint resumes bit-identically)."""
+the learned scorer under jit/vmap in `corag_search` and in Pipelines built again from the same
+weights (no new program), the shipped weights (checksum), and the training script (loss falls,
+a checkpoint resumes bit-identically)."""
 
 import itertools
 import json
@@ -15,6 +16,9 @@ import pytest
 import jaxsel
 from jaxsel._src import methods
 from jaxsel._src.scorers import hops
+from jaxsel.testing import tiny_bert_config, tiny_encoder
+
+from compiles import CompileCounter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -295,3 +299,26 @@ def test_with_distractors_appends_the_next_questions_paragraphs_as_non_gold():
   assert [len(x.passages) for x in cut] == [3, 3] and cut[0].emb.shape == (3, 4)
   np.testing.assert_array_equal(cut[0].gold, [True, False, False])
   assert cut[0].signals.links.shape == (3, 3)
+
+
+def test_a_pipeline_built_again_from_the_same_weights_compiles_nothing():
+  # A builder was hashed by identity: a Pipeline built again from the same weights (a notebook
+  # cell run twice, the evaluation's cells) compiled every program again and kept both copies.
+  params = hops.init_params(jax.random.key(5), hidden=8)
+  a = methods.learned_hops_builder(params)
+  b = methods.learned_hops_builder(jax.tree.map(np.array, params))  # equal weights, new arrays
+  other = methods.learned_hops_builder(hops.init_params(jax.random.key(6), hidden=8))
+  assert a == b and hash(a) == hash(b) and a != other
+  enc = tiny_encoder(tiny_bert_config(max_position_embeddings=256))
+  docs = ["## Shirley Temple\nShirley Temple was an American actress. She was a diplomat.",
+          "## Kiss and Tell\nKiss and Tell is a 1945 film starring Shirley Temple.",
+          "## Corliss Archer\nMeet Corliss Archer is a radio sitcom. It ran on TV."]
+  q = "Which diplomat starred in Kiss and Tell?"
+  first = jaxsel.Pipeline(enc, corag_scorer=a).select(q, docs, budget=40)
+  with CompileCounter() as cc:
+    again = jaxsel.Pipeline(enc, corag_scorer=b).select(q, docs, budget=40)
+  assert cc.count == 0
+  np.testing.assert_array_equal(again.indices, first.indices)
+  with CompileCounter() as cc:
+    jaxsel.Pipeline(enc, corag_scorer=other).select(q, docs, budget=40)
+  assert cc.count > 0  # other weights are other programs
