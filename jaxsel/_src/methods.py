@@ -20,7 +20,6 @@ on the order).
 from __future__ import annotations
 
 import functools
-import hashlib
 import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from jaxsel._src import checks
 from jaxsel._src.bridge import BridgeSignals, bridge_signals
-
+from jaxsel._src.io import weights_digest
 from jaxsel._src.numerics import cosine_similarity
 from jaxsel._src.objectives.dense import coverage, facility_location, saturated_coverage
 from jaxsel._src.objectives.matrix_free import (facility_location_from_embeddings,
@@ -256,12 +255,7 @@ class _ParamsBuilder:
     if any(isinstance(x, jax.core.Tracer) for _, x in leaves):
       self._key = id(self)
       return
-    digest = hashlib.sha256()
-    for path, x in leaves:
-      a = np.ascontiguousarray(np.asarray(x))
-      digest.update(f"{jax.tree_util.keystr(path)}|{a.dtype}|{a.shape}|".encode())
-      digest.update(a.tobytes())
-    self._key = digest.hexdigest()
+    self._key = weights_digest({jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves})
 
   def __eq__(self, other):
     return isinstance(other, _ParamsBuilder) and other._key == self._key

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxsel._src import checks, native
+from jaxsel._src import io as io_lib
 from jaxsel._src.encoders import loading, store as store_lib
 from jaxsel._src.encoders.batching import (bucketed_batches, check_batch_size, jit_encoder,
                                            packed_tokens, progress_bar)
@@ -519,7 +520,7 @@ def load_encoder(name_or_path, *, dtype=jnp.float32, pooling: Optional[str] = No
       normalize=st.get("normalize", True) if normalize is None else normalize,
       max_length=max_length if max_length is not None else st.get("max_length"),
       prompts=all_prompts, name=str(name_or_path))
-  enc.identity = store_lib.checkpoint_identity(folder, store_lib.weights_digest(state))
+  enc.identity = store_lib.checkpoint_identity(folder, io_lib.weights_digest(state))
   enc._identified = (enc.params, enc.tokenizer)
   return enc
 

@@ -36,7 +36,7 @@ import re
 import stat
 import struct
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Optional
 
 import jax
 import jaxlib
@@ -73,22 +73,10 @@ def _stat(path: Path) -> bytes:
   return f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode()
 
 
-def weights_digest(state: Mapping[str, np.ndarray]) -> str:
-  """The SHA-256 of loaded weights `{name: array}` (names, dtypes, shapes and bytes): computed
-  once when a checkpoint is loaded (about 0.1 s for 90 MB), so weights replaced in place with
-  the same size and modification time still give a new identity."""
-  h = hashlib.sha256()
-  for name in sorted(state):
-    a = np.ascontiguousarray(state[name])
-    h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
-    h.update(memoryview(a).cast("B"))
-  return h.hexdigest()
-
-
 def checkpoint_identity(folder: Path, weights: str = "") -> str:
   """What identifies a checkpoint folder's contents: its resolved path, every file's name,
   size and modification time (weights, config, tokenizer, sentence-transformers settings), so
-  a changed file gives a new identity, and `weights`, the `weights_digest` of what was loaded."""
+  a changed file gives a new identity, and `weights`, the `io.weights_digest` of what was loaded."""
   folder = Path(folder).resolve()
   files = sorted(p for p in folder.rglob("*") if p.is_file())
   return _digest(str(folder).encode(), weights.encode(), *(_stat(p) for p in files))
