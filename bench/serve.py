@@ -123,15 +123,13 @@ def app_of(args):
 
 
 @contextlib.contextmanager
-def server_process(args):
-  """`jaxsel serve` as this script in its own process on a free loopback port: (its URL, a
-  function giving the CPU seconds that process has used so far)."""
+def running(argv_of, env=None):
+  """The server command `argv_of(port)` in its own process on a free loopback port, once its
+  `/health` answers: yields (the process, its URL); stopped (SIGTERM, then killed) on leaving."""
   with socket.socket() as sock:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-  argv = [sys.executable, __file__, "--serve-port", str(port), "--clients", str(args.clients),
-          "--documents", str(args.documents)] + (["--method", args.method] if args.method else [])
-  proc = subprocess.Popen(argv)
+  proc = subprocess.Popen(argv_of(port), env=env)
   url = f"http://127.0.0.1:{port}"
   try:
     deadline = time.monotonic() + 1200
@@ -142,13 +140,25 @@ def server_process(args):
         if httpx.get(url + "/health", timeout=5).status_code == 200:
           break
       time.sleep(0.5)
-    yield url, lambda: process_cpu(proc.pid)
+    yield proc, url
   finally:
     proc.send_signal(signal.SIGTERM)
     try:
       proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
       proc.kill()
+
+
+@contextlib.contextmanager
+def server_process(args):
+  """`jaxsel serve` as this script in its own process on a free loopback port: (its URL, a
+  function giving the CPU seconds that process has used so far)."""
+  def argv_of(port):
+    return ([sys.executable, __file__, "--serve-port", str(port), "--clients", str(args.clients),
+             "--documents", str(args.documents)] + (["--method", args.method] if args.method
+                                                    else []))
+  with running(argv_of) as (proc, url):
+    yield url, lambda: process_cpu(proc.pid)
 
 
 def process_cpu(pid: int) -> float:

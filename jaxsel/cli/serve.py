@@ -8,6 +8,7 @@ import argparse
 import importlib
 
 from jaxsel.cli.common import CLIError, arg_whole, bad_input, make_pipeline
+from jaxsel.defaults import DEFAULT_MAX_PROGRAMS
 
 DEFAULT_PORT = 8080
 
@@ -46,6 +47,11 @@ def add_serve_parser(sub) -> None:
   p.add_argument("--warm-documents", type=_arg_counts, default=(3,), metavar="N[,N...]",
                  help="compile the solves at start-up for requests of these numbers of "
                       "documents (default 3; others compile at their first batch)")
+  p.add_argument("--max-programs", type=arg_whole, default=DEFAULT_MAX_PROGRAMS, metavar="N",
+                 help="compiled programs kept in memory; once N were loaded the server frees "
+                      "them all and the next requests load them again from the compile cache "
+                      f"(default {DEFAULT_MAX_PROGRAMS}: each takes ~270 memory mappings, and "
+                      "Linux stops a process at 65,530)")
   p.add_argument("--no-compile-cache", action="store_true",
                  help="do not keep compiled programs in the persistent cache")
   p.set_defaults(func=cmd_serve, max_tokens=None, quiet=True, no_embedding_cache=True)
@@ -93,4 +99,5 @@ def cmd_serve(args, out) -> None:
     serve.run(pipe, host=args.host, port=args.port, method=args.method, model_name=args.model,
               max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
               max_body_bytes=args.max_body_bytes, max_documents=args.max_documents,
-              warm_documents=args.warm_documents, body_timeout_s=args.body_timeout)
+              warm_documents=args.warm_documents, body_timeout_s=args.body_timeout,
+              max_programs=args.max_programs)

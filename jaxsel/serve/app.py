@@ -34,7 +34,7 @@ from jaxsel.serve import models
 from jaxsel.serve.batcher import MicroBatcher
 from jaxsel.serve.engine import Engine, Job, Outcome, RequestError
 from jaxsel.serve.metrics import Metrics
-from jaxsel.defaults import DEFAULT_GRANULARITY
+from jaxsel.defaults import DEFAULT_GRANULARITY, DEFAULT_MAX_PROGRAMS
 
 log = logging.getLogger("jaxsel.serve")
 
@@ -434,7 +434,8 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                max_documents: int = DEFAULT_MAX_DOCUMENTS, warm_up: bool = True,
                warm_documents: Sequence[int] = (3,),
-               body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> FastAPI:
+               body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+               max_programs: int = DEFAULT_MAX_PROGRAMS) -> FastAPI:
   """The server's ASGI app over `pipeline` (its encoder embeds, its tokenizer counts).
 
   Args:
@@ -446,6 +447,10 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     warm_up: compile the ranking and the default method's batched solves at start-up,
       for requests of each number of `warm_documents` (others compile at their first batch).
     body_timeout_s: a request whose body stops arriving for this long gets a 408.
+    max_programs: compiled programs the server keeps; once that many were loaded it frees
+      them all between two batches, and the next requests compile (or load from the
+      persistent cache) what they need. Each holds ~270 memory mappings on CPU, and a
+      process past the system's limit (Linux: 65,530) aborts inside the compiler.
 
   `app.state.stopping` (an `asyncio.Event`) set by the server when it starts to shut down
   answers a 503 to requests still sending their body (`jaxsel.serve.run` and `background`
@@ -453,8 +458,8 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
   """
   if method is not None and method not in jaxsel.available_methods():
     raise ValueError(f"unknown method {method!r}; use one of {jaxsel.available_methods()}.")
-  engine = Engine(pipeline, method=method, max_batch=max_batch)
-  metrics = Metrics()
+  engine = Engine(pipeline, method=method, max_batch=max_batch, max_programs=max_programs)
+  metrics = Metrics(engine.programs)
   batcher = MicroBatcher(engine.run, max_batch=max_batch, wait_s=batch_wait_ms / 1000,
                          on_batch=metrics.batch_size.observe)
 

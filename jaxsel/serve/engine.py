@@ -26,7 +26,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel.defaults import DEFAULT_GRANULARITY
+from jaxsel._src.programs import ProgramBound
+from jaxsel.defaults import DEFAULT_GRANULARITY, DEFAULT_MAX_PROGRAMS
 
 log = logging.getLogger("jaxsel.serve")
 
@@ -106,16 +107,18 @@ SOLVE_ROWS = 4
 
 class Engine:
   """Ranks and selects batches of `Job`s with `pipeline` (`method`: the default method of a
-  selection; None: the pipeline's, else `jaxsel.default_method`)."""
+  selection; None: the pipeline's, else `jaxsel.default_method`). Once `max_programs` compiled
+  programs were loaded, it frees them all between two batches (`ProgramBound`)."""
 
   def __init__(self, pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
-               max_batch: int = 32):
+               max_batch: int = 32, max_programs: int = DEFAULT_MAX_PROGRAMS):
     # The cache keeps every text of a batch (two entries a request: its documents and its
     # query), so the cosines of a ranking read them back.
     self.pipeline = pipeline.replace(cache_size=max(pipeline.config.cache_size, 4 * max_batch),
                                      solve_rows=SOLVE_ROWS)
     self.method = method or pipeline.method or jaxsel.default_method(True)
     self.max_batch = max_batch
+    self.programs = ProgramBound(max_programs)
     self._pipes = {}
 
   def pipe(self, method: str) -> "jaxsel.Pipeline":
@@ -145,6 +148,9 @@ class Engine:
         results = [self._guard(lambda p: self._select_many([p])[0], outs[i]) for i in rows]
       for i, r in zip(rows, results):
         outs[i] = r
+    if self.programs.check():
+      log.info("jaxsel serve: freed the compiled programs (max_programs=%d loaded)",
+               self.programs.limit)
     return outs
 
   @staticmethod

@@ -10,9 +10,11 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 class Metrics:
-  """Requests by endpoint and status, their latency, batch sizes and errors by kind."""
+  """Requests by endpoint and status, their latency, batch sizes, errors by kind, and the
+  compiled programs the engine holds (`programs`, a `ProgramBound`) and how often it freed
+  them."""
 
-  def __init__(self):
+  def __init__(self, programs=None):
     self.registry = prom.CollectorRegistry()
     self.requests = prom.Counter("jaxsel_serve_requests", "Requests answered.",
                                  ["endpoint", "status"], registry=self.registry)
@@ -22,6 +24,15 @@ class Metrics:
                                      buckets=BATCH_BUCKETS, registry=self.registry)
     self.errors = prom.Counter("jaxsel_serve_errors", "Requests answered with an error.",
                                ["endpoint", "kind"], registry=self.registry)
+    if programs is not None:
+      held = prom.Gauge("jaxsel_serve_compiled_programs",
+                        "Compiled programs loaded since the engine last freed them.",
+                        registry=self.registry)
+      held.set_function(lambda: programs.held)
+      frees = prom.Gauge("jaxsel_serve_compiled_program_frees",
+                         "Times the engine freed its compiled programs (max_programs reached).",
+                         registry=self.registry)
+      frees.set_function(lambda: programs.frees)
 
   def observe(self, endpoint: str, status: int, seconds: float) -> None:
     self.requests.labels(endpoint, str(status)).inc()
