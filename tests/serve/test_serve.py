@@ -305,7 +305,8 @@ def test_command_with_minilm_runs_the_docs_examples(tmp_path, server_process):
   docs/serve.md; SIGTERM stops it after a graceful shutdown."""
   proc, base = server_process(
       lambda port: [sys.executable, "-m", "jaxsel.cli", "serve", "--port", str(port),
-                    "--max-batch", "2", "--warm-documents", "2,3", "--no-compile-cache"], ROOT)
+                    "--max-batch", "2", "--warm-documents", "2,3", "--no-compile-cache",
+                    "--max-programs", "24"], ROOT)
   port = int(base.rsplit(":", 1)[1])
   try:
     import cohere
@@ -328,6 +329,11 @@ def test_command_with_minilm_runs_the_docs_examples(tmp_path, server_process):
       out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=300, cwd=str(tmp_path))
       assert out.returncode == 0 and out.stdout.split()[0] == "0", out.stderr[-2000:]
+    # --max-programs 24: the warm-up alone loads more, so the server freed its programs (and
+    # answered everything above after that).
+    frees = re.search(r"^jaxsel_serve_compiled_program_frees (\S+)$",
+                      httpx.get(base + "/metrics").text, re.M)
+    assert frees and float(frees.group(1)) >= 1
   finally:
     proc.send_signal(signal.SIGTERM)
     try:
