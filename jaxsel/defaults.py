@@ -18,7 +18,7 @@ DEFAULT_MAX_NEW_TOKENS = 64
 # What a request's candidates are sent as when it does not say: whole passages, or some of
 # their sentences where the budget is tight (`Pipeline.select(granularity=...)`).
 DEFAULT_GRANULARITY = "auto"
-# Compiled programs `jaxsel serve` keeps before it frees them all (`jaxsel._src.programs`):
+# Compiled programs `jaxsel serve` keeps before it frees them all (`jaxsel.serve.programs`):
 # at most ~270 memory mappings each on XLA:CPU (~65 on average), so 128 hold under ~35,000 of
 # the 65,530 Linux allows a process; a server fed 54 requests of 1-1,000 documents peaked at
 # 11,646 with it and reached 35,873 without (`bench/serve_programs.py`).

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel._src.programs import ProgramBound
+from jaxsel.serve.programs import ProgramBound
 from jaxsel.defaults import DEFAULT_GRANULARITY, DEFAULT_MAX_PROGRAMS
 
 log = logging.getLogger("jaxsel.serve")

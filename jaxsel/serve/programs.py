@@ -24,8 +24,6 @@ import threading
 
 import jax
 
-from jaxsel._src import checks
-
 # `jax._src.dispatch.BACKEND_COMPILE_EVENT`: recorded once per program loaded.
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -58,7 +56,10 @@ class ProgramBound:
   last free (`check`, called between pieces of work)."""
 
   def __init__(self, limit: int):
-    self.limit = checks.integer(limit, "max_programs", low=1)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+      raise ValueError(f"`max_programs` must be a positive int (compiled programs kept before "
+                       f"they are all freed), got {limit!r}.")
+    self.limit = limit
     self._mark = programs_loaded()
     self.frees = 0
 
