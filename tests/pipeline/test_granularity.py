@@ -184,7 +184,7 @@ def test_requests_of_many_candidates_search_with_widening(pipe, monkeypatch):
   real = solve.corag_search
   monkeypatch.setattr(solve, "corag_search",
                       lambda *a, **kw: seen.append(kw["widening"] is not None) or real(*a, **kw))
-  p = pipe.replace(iterations=13, widening=2.0)
+  p = pipe.replace(iterations=13, widening=2.0, guide=0)  # the sentence search alone
   p.select(Q, [DOC], budget=120, granularity="sentence")  # 111 candidates
   p.select(Q, DOCS, budget=120, granularity="sentence")  # 38
   p.replace(widen_above=30).select(Q, DOCS, budget=120, granularity="sentence")

@@ -125,8 +125,9 @@ def _links(r: Prepared) -> dict:
 
 
 def result(cfg: PipelineConfig, counter, r: Prepared, out: solve_lib.Output, *,
-           min_gain) -> SelectionResult:
-  """`r`'s `SelectionResult` from its solve's `out`, counted in `counter` as sent."""
+           min_gain, guide: Optional[np.ndarray] = None) -> SelectionResult:
+  """`r`'s `SelectionResult` from its solve's `out`, counted in `counter` as sent; at sentence
+  granularity CORAG's top-up sends the `guide` passages' sentences first (`guide.py`)."""
   passages, k = r.candidates.passages, r.k
   raise_if_nonfinite(out.nonfinite, solve_lib.BASELINE_SCORERS.get(cfg.method, r.scorer),
                      what=f"this request's {cfg.method!r} selection")
@@ -163,7 +164,7 @@ def result(cfg: PipelineConfig, counter, r: Prepared, out: solve_lib.Output, *,
     res = granularity_lib.top_up(
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0),
         parents=c.parents, budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
-        **_links(r),
+        guide=guide, **_links(r),
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, counter))
   if r.candidates.sent is None:  # the caller's costs
     return res

@@ -73,6 +73,10 @@ class PipelineConfig:
       candidates (NaiveRAG on the rest); at ``granularity="sentence"`` first the lead
       sentences of the searched passages and of the passages they name, then the rest of the
       searched passages (`granularity.fill`).
+    guide: at ``granularity="sentence"``, CORAG also searches the request's whole passages
+      (no budget) for this many, and its top-up sends their lead sentences first and
+      completes them before the searched passages (`guide.py`; 0: off). Measured in
+      `training/RESULTS.md` (Granularity, the passage guide).
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
     min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
       picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.
@@ -105,6 +109,7 @@ class PipelineConfig:
   widen_above: int = 40
   search_width: int = 128
   top_up: bool = True
+  guide: int = 2
   max_depth: Optional[int] = None
   batch_size: int = 64
   progress: bool = False
@@ -126,7 +131,7 @@ class PipelineConfig:
       checks.integer(getattr(self, name), name)
     if self.max_depth is not None:
       checks.integer(self.max_depth, "max_depth")
-    for name in ("cache_size", "dense_limit", "widen_above"):
+    for name in ("cache_size", "dense_limit", "widen_above", "guide"):
       checks.integer(getattr(self, name), name, low=0)
     checks.number(self.diversity, "diversity", 0.0, 1.0)
     checks.number(self.discount, "discount", 0.0, 1.0, low_open=True)

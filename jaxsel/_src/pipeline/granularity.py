@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -229,26 +229,32 @@ def within(picks: tuple, parents: np.ndarray, *, k: Optional[int],
 def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.ndarray,
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
          constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None,
-         links: Optional[np.ndarray] = None, groups: Optional[np.ndarray] = None) -> tuple:
-  """CORAG's top-up at sentence granularity: the searched `order` `[T]`, then the lead
-  (first) sentence of each passage it picked from, then the first sentence of each group (a
-  document or section) they name (`links` `[N, N]` and `groups` `[N]`, the text signals':
-  sentence i names the lead entity of j's group, which is its first sentence's; any sentence
-  of a searched passage counts; by decreasing relevance), then the
-  searched passages' other sentences (passages in pick order, each one's sentences by
-  decreasing `relevance` `[N]`), then every other sentence by decreasing relevance, each taken
-  while it fits the budget (its `costs` `[N]`), `k` passages and its group's cap of passages
-  (`constraints`, `Units`) and is
-  not to be skipped (`skip` `[N]` bool: `candidates.repeats`). The search chose which passages
-  matter; their other sentences are what it could not reach in a few iterations over many
-  candidates, a lead sentence says what its passage is about, and a passage a searched one
-  names is the next hop (the director of the film; a 2WikiMultihopQA fact is mostly the lead
-  of each of 2-4 passages, a HotpotQA fact the rest of two passages). -> (order, gains, curve)
-  `[K]`: a filled pick's gain is 0 (it was not searched), the curve stays at the searched
-  value."""
-  searched_picks = len(order)
+         links: Optional[np.ndarray] = None, groups: Optional[np.ndarray] = None,
+         guide: Optional[Sequence[int]] = None) -> tuple:
+  """CORAG's top-up at sentence granularity. In order, each taken while it fits the budget
+  (its `costs` `[N]`), `k` passages and its group's cap of passages (`constraints`, `Units`)
+  and is not to be skipped (`skip` `[N]` bool: `candidates.repeats`):
+
+  1. the searched `order` `[T]` (always: it fits), the lead (first) sentence of each `guide`
+     passage (the passages a search over whole passages chose, `guide.py`) sent after its
+     pinned picks and before the others;
+  2. the lead sentence of each passage the search picked from, then the first sentence of
+     each group (a document or section) they name (`links` `[N, N]` and `groups` `[N]`, the
+     text signals': sentence i names the lead entity of j's group, which is its first
+     sentence's; any sentence of a searched passage counts; by decreasing relevance);
+  3. the other sentences of the guide's passages, then of the searched passages (passages in
+     order, each one's sentences by decreasing `relevance` `[N]`);
+  4. every other sentence by decreasing relevance.
+
+  The sentence search stops a few picks deep and often in a passage that only looks relevant;
+  the guide compares whole passages and finds the ones the question is about more often (two
+  hops), a lead sentence says what its passage is about, and a passage a searched one names is
+  the next hop (the director of the film; a 2WikiMultihopQA fact is mostly the lead of each of
+  2-4 passages, a HotpotQA fact the rest of two passages). -> (order, gains, curve) `[K]`: a
+  searched pick keeps its gain and objective value, a filled one has gain 0 and the value the
+  search reached (a guide's lead: that of the pinned picks before it, else 0)."""
   order = [int(i) for i in order]
-  taken = set(order)
+  taken = set(order)  # the searched picks fit (the search and `within` saw to it)
   spent = float(np.sum(costs[order])) if order else 0.0
   units = Units(parents, k, constraints)
   for i in order:
@@ -258,20 +264,38 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   lead = {}
   for i, m in enumerate(parents):
     lead.setdefault(int(m), i)
-  rest = ([lead[m] for m in searched] + _linked_leads(searched, parents, links, groups, relevance)
-          + [i for m in searched for i in by_relevance if parents[i] == m] + by_relevance)
-  for i in rest:
-    if (i in taken or spent + float(costs[i]) > budget or (skip is not None and skip[i])
-        or not units.fits(i)):
-      continue
-    order.append(i)
-    taken.add(i)
-    spent += float(costs[i])
-    units.add(i)
-  added = len(order) - searched_picks
-  last = curve[-1] if len(curve) else 0.0
-  return (np.asarray(order, np.int64), np.concatenate([gains, np.zeros(added, gains.dtype)]),
-          np.concatenate([curve, np.full(added, last, curve.dtype)]))
+  guide = [int(m) for m in (() if guide is None else guide) if int(m) in lead]
+
+  def take(candidates) -> list:
+    nonlocal spent
+    out = []
+    for i in candidates:
+      if (i in taken or spent + float(costs[i]) > budget or (skip is not None and skip[i])
+          or not units.fits(i)):
+        continue
+      out.append(i)
+      taken.add(i)
+      spent += float(costs[i])
+      units.add(i)
+    return out
+
+  leads = take([lead[m] for m in guide])
+  filled = take([lead[m] for m in searched]
+                + _linked_leads(searched, parents, links, groups, relevance)
+                + [i for m in guide + searched for i in by_relevance if parents[i] == m]
+                + by_relevance)
+  pinned = set() if constraints is None else {int(i) for i in constraints[0]}
+  first = [t for t, i in enumerate(order) if i in pinned]
+  after = [t for t, i in enumerate(order) if i not in pinned]
+  before = float(curve[first[-1]]) if first else 0.0
+  last = float(curve[-1]) if len(curve) else 0.0
+  gains, curve = np.asarray(gains), np.asarray(curve)
+  return (np.asarray([order[t] for t in first] + leads + [order[t] for t in after] + filled,
+                     np.int64),
+          np.concatenate([gains[first], np.zeros(len(leads), gains.dtype), gains[after],
+                          np.zeros(len(filled), gains.dtype)]),
+          np.concatenate([curve[first], np.full(len(leads), before, curve.dtype), curve[after],
+                          np.full(len(filled), last, curve.dtype)]))
 
 
 def _linked_leads(searched: list, parents: np.ndarray, links, groups, relevance) -> list:
@@ -289,7 +313,7 @@ def _linked_leads(searched: list, parents: np.ndarray, links, groups, relevance)
 def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
            parents: np.ndarray, budget: float, k: Optional[int], constraints: Optional[tuple],
            skip: Optional[np.ndarray], sent_cost=None, links: Optional[np.ndarray] = None,
-           groups: Optional[np.ndarray] = None):
+           groups: Optional[np.ndarray] = None, guide: Optional[Sequence[int]] = None):
   """CORAG's top-up at sentence granularity (`fill` of the `searched` (order, gains, curve)),
   then the picks merged into the units sent (`build(order, gains, curve, budget=None)`, a
   `SelectionResult`). Sentences of one passage sent together cost less than apart (one prefix,
@@ -301,7 +325,7 @@ def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
   for _ in range(3):
     picks = fill(*searched, costs=costs, relevance=relevance, parents=parents,
                  budget=budget + spare, k=k, constraints=constraints, skip=skip, links=links,
-                 groups=groups)
+                 groups=groups, guide=guide)
     result = build(*picks, budget=None)  # untrimmed: the whole fill, or nothing of it
     sent = result.cost if sent_cost is None else sent_cost(result)
     if sent > budget or sent <= best_cost:

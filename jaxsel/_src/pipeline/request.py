@@ -12,7 +12,7 @@ embeddings whichever of the two it came through:
    before anything is embedded;
 2. `_embedded`: the passages and the queries embedded (each request on its own: an encoder's
    float sums depend on what shares a batch, and a last-bit difference can swap a near tie);
-3. `_ready`: the search's settings (the agent's, when there is one), the repeated texts, the
+3. `ready`: the search's settings (the agent's, when there is one), the repeated texts, the
    candidates the CORAG search sees (`width.searched`) and their text signals.
 
 `batch.solve` then solves the `Prepared` requests together.
@@ -108,7 +108,7 @@ def prepare(pipe, requests: list) -> list:
   """The `Prepared` request of each `Request`, for `pipe` (a `Pipeline` with a method): all
   are checked before any is embedded."""
   checked = [_checked(pipe, r) for r in requests]
-  return [_ready(pipe, r._replace(granularity=granularity), *_embedded(pipe, r, cands), budget,
+  return [ready(pipe, r._replace(granularity=granularity), *_embedded(pipe, r, cands), budget,
                  cons) for r, (cands, budget, cons, granularity) in zip(requests, checked)]
 
 
@@ -182,7 +182,7 @@ def _embedded(pipe, r: Request, cands: cands_lib.Candidates) -> tuple:
   return cands, q
 
 
-def _ready(pipe, r: Request, cands, q_emb, budget: float, cons: Optional[tuple]) -> Prepared:
+def ready(pipe, r: Request, cands, q_emb, budget: float, cons: Optional[tuple]) -> Prepared:
   """The request with its search settings (the agent's, when there is one), text signals and,
   for CORAG, its repeated texts (`candidates.repeats`) and the candidates it searches."""
   cfg = pipe.config

@@ -24,6 +24,7 @@ from jaxsel._src.pipeline import batch as batch_lib
 from jaxsel._src.pipeline import candidates as cands_lib
 from jaxsel._src.pipeline import front
 from jaxsel._src.pipeline import granularity as granularity_lib
+from jaxsel._src.pipeline import guide as guide_lib
 from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import request as request_lib
 from jaxsel._src.pipeline.config import PipelineConfig
@@ -326,8 +327,9 @@ class Pipeline:
     min_gain = self.config.min_gain if min_gain is None else min_gain
     prepared = request_lib.prepare(self, list(requests))
     outs = batch_lib.solve(self.config, prepared, min_gain=min_gain)
-    return [batch_lib.result(self.config, self.tokenizer, r, out, min_gain=min_gain)
-            for r, out in zip(prepared, outs)]
+    guides = guide_lib.solve(self.config, guide_lib.requests(self, prepared))
+    return [batch_lib.result(self.config, self.tokenizer, r, out, min_gain=min_gain, guide=g)
+            for r, out, g in zip(prepared, outs, guides)]
 
   # -- answering -------------------------------------------------------------------------------
   def answer(self, query: str, documents_or_index=None, *, budget=None, template=None,

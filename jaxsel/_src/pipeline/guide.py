@@ -1,0 +1,64 @@
+"""The passage guide of a sentence request: which passages its sentences come from first.
+
+Shape legend: M passages, G guide passages.
+
+At ``granularity="sentence"`` CORAG searches a request's sentences and its top-up fills the
+rest of the budget with sentences (`granularity.fill`). Over ~100 sentences the search stops a
+few picks deep, often in a passage that only looks relevant, and the top-up then completes
+that passage. So the request's passages are also searched whole, with the same method,
+scorer and text signals, for `PipelineConfig.guide` of them (default 2: a multi-hop question's
+two hops) and no budget: no cost steers this search to short passages (2WikiMultihopQA's gold
+paragraphs are long and its distractors short). The top-up sends the guide's lead sentences
+right after the pinned picks and completes the guide's passages before the searched ones.
+Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
+each passage beside its sentences (cached like any other) and a second, small solve per
+request, batched with the other requests' guides.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from jaxsel._src.pipeline import batch as batch_lib
+from jaxsel._src.pipeline import candidates as cands_lib
+from jaxsel._src.pipeline import request as request_lib
+from jaxsel._src.pipeline import solve as solve_lib
+from jaxsel._src.pipeline.request import Prepared
+
+
+def requests(pipe, prepared: Sequence[Prepared]) -> list:
+  """Each request's guide: its passages as a `Prepared` request for `pipe.config.guide` of
+  them without a budget, or None (not a CORAG request at sentence granularity with a top-up
+  and a query, or `guide` 0)."""
+  cfg = pipe.config
+  out = []
+  for r in prepared:
+    if not (r.sentences and cfg.method == "corag" and cfg.top_up and cfg.guide and r.queries):
+      out.append(None)
+      continue
+    c = r.candidates
+    whole = cands_lib.Candidates(
+        list(c.units), None, None, c.documents,
+        sent=np.asarray([p.tokens for p in c.units], np.float32))
+    whole = cands_lib.embedded(whole, pipe.embedder, late_chunking=pipe.late_chunking)
+    request = request_lib.Request(r.queries, granularity="passage",
+                                  k=min(cfg.guide, len(c.units)))
+    out.append(request_lib.ready(pipe, request, whole, r.query_embeddings, float("inf"), None))
+  return out
+
+
+def solve(cfg, guides: Sequence[Optional[Prepared]]) -> list:
+  """The passages each guide's search picked, in order (`[G]` indices of its request's
+  passages), or None where there is no guide. The guides are solved together, without
+  CORAG's top-up: they name the passages the search found, no more."""
+  rows = [i for i, g in enumerate(guides) if g is not None]
+  out = [None] * len(guides)
+  if not rows:
+    return out
+  solved = batch_lib.solve(cfg.replace(top_up=False), [guides[i] for i in rows], min_gain=None)
+  for i, o in zip(rows, solved):
+    order, _, _ = solve_lib.picks(o, n=len(guides[i].candidates.passages), k=guides[i].k)
+    out[i] = order
+  return out

@@ -1,0 +1,77 @@
+"""The passage guide of a sentence request (`guide.py`, `granularity.fill(guide=...)`): the
+request's whole passages searched for `guide` of them without a budget; the top-up sends their
+lead sentences first and completes them before the searched passages."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxsel
+from jaxsel._src.pipeline import granularity
+
+DOC = (Path(__file__).resolve().parents[2] / "jaxsel" / "data" / "hotpotqa_wiki.md").read_text(
+    "utf-8")
+DOCS = [DOC[:2500], DOC[2500:5000]]
+Q = "What government position was held by the woman who portrayed Corliss Archer?"
+
+PARENTS = np.asarray([0, 0, 0, 1, 1, 1, 2, 2], np.int32)
+RELEVANCE = np.asarray([0.1, 0.5, 0.9, 0.2, 0.8, 0.3, 0.05, 0.4], np.float32)
+COSTS = np.full(8, 10.0, np.float32)
+SEARCHED = (np.asarray([4]), np.asarray([0.7]), np.asarray([0.7]))
+
+
+def fill(budget, **kw):
+  return granularity.fill(*SEARCHED, costs=COSTS, relevance=RELEVANCE, parents=PARENTS,
+                          budget=budget, **kw)
+
+
+def test_the_fill_sends_the_guides_leads_first_then_completes_its_passages():
+  order, gains, curve = fill(80, guide=[2, 0])
+  # guide leads (passages 2, 0), the searched pick, its passage's lead, then the guide's
+  # passages' other sentences by relevance (7; 2, 1), then the searched passage's (5).
+  assert order.tolist() == [6, 0, 4, 3, 7, 2, 1, 5]
+  assert gains.tolist() == pytest.approx([0, 0, 0.7, 0, 0, 0, 0, 0])
+  assert curve.tolist() == pytest.approx([0, 0, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7])
+  assert fill(30, guide=[2, 0])[0].tolist() == [6, 0, 4]  # the searched pick always stays
+  assert fill(20, guide=[2, 0])[0].tolist() == [6, 4]
+
+
+def test_without_a_guide_the_fill_is_as_before_and_pinned_picks_stay_first():
+  plain = fill(80)
+  assert plain[0].tolist() == [4, 3, 5, 2, 1, 7, 0, 6]
+  for a, b in zip(plain, fill(80, guide=[])):
+    assert np.array_equal(a, b)
+  pinned = (np.asarray([4]), np.full(8, -1, np.int32), 0)
+  assert fill(40, guide=[2], constraints=pinned)[0].tolist() == [4, 6, 3, 7]
+
+
+@pytest.fixture(scope="module")
+def pipe():
+  return jaxsel.Pipeline(jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2"))
+
+
+def test_the_guide_is_the_passage_search_for_two_without_a_budget(pipe, monkeypatch):
+  """The default at sentence granularity hands its top-up the passages that CORAG over the
+  request's whole passages picks for k=2, no budget and no top-up, as `select` gives them; the
+  context opens inside a guide passage. `guide=0` hands none."""
+  seen = []
+  real = granularity.fill
+  monkeypatch.setattr(granularity, "fill",
+                      lambda *a, **kw: seen.append(kw["guide"]) or real(*a, **kw))
+  res = pipe.select(Q, DOCS, budget=120, granularity="sentence")
+  whole = pipe.split(DOCS, budget=120)
+  want = pipe.replace(top_up=False).select(Q, DOCS, budget=None, k=2, granularity="passage")
+  assert len(want.passages) == 2 and seen
+  for guide in seen:
+    assert [(whole[m].doc, whole[m].start, whole[m].end) for m in guide] == [
+        (p.doc, p.start, p.end) for p in want.passages]
+  first = res.passages[0]  # a guide passage's lead (or the searched pick it holds)
+  assert any(first.doc == p.doc and p.start <= first.start < first.end <= p.end
+             for p in want.passages)
+  assert res.cost <= 120
+  seen.clear()
+  pipe.replace(guide=0).select(Q, DOCS, budget=120, granularity="sentence")
+  assert seen and all(g is None for g in seen)
+  with pytest.raises(ValueError, match="guide"):
+    pipe.replace(guide=-1)
