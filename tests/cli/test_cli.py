@@ -330,12 +330,13 @@ def test_embedding_cache_folder_and_opt_outs(tmp_path, monkeypatch):
   command(JAXSEL_EMBEDDING_CACHE="0")
   assert not (tmp_path / "xdg").exists()
   command(JAXSEL_EMBEDDING_CACHE=str(tmp_path / "moved"))
-  assert len(list((tmp_path / "moved").glob("*.emb"))) == 1 and not (tmp_path / "xdg").exists()
+  # Two files: the sentences, and the passages the passage guide searches (`guide.py`).
+  assert len(list((tmp_path / "moved").glob("*.emb"))) == 2 and not (tmp_path / "xdg").exists()
   monkeypatch.delenv("JAXSEL_EMBEDDING_CACHE")
   command()
-  assert len(list(default.glob("*.emb"))) == 1
+  assert len(list(default.glob("*.emb"))) == 2
   command()  # read back: nothing new
-  assert len(list(default.glob("*.emb"))) == 1
+  assert len(list(default.glob("*.emb"))) == 2
   (tmp_path / "blocked").write_text("a file, not a folder")
   command(JAXSEL_EMBEDDING_CACHE=str(tmp_path / "blocked" / "cache"))  # unwritable: no cache
 
@@ -377,14 +378,14 @@ def test_a_second_process_embeds_only_the_query(tmp_path):
   folder = tmp_path / "xdg" / "jaxsel" / "embeddings"
   first = _fresh_command(argv, env)
   assert first["rc"] == 0 and sum(first["rows"]) > 40
-  assert len(list(folder.glob("*.emb"))) == 1
+  assert len(list(folder.glob("*.emb"))) == 2  # the sentences, and the guide's passages
   second = _fresh_command(argv, env)
   assert second["rc"] == 0 and second["rows"] == [1]  # the query alone
   assert second["out"] == first["out"]
   doc.write_text(doc.read_text("utf-8") + "\n\nOne more paragraph at the end.\n", "utf-8")
   third = _fresh_command(argv, env)
   assert third["rc"] == 0 and sum(third["rows"]) >= sum(first["rows"])  # all embedded again
-  assert len(list(folder.glob("*.emb"))) == 2
+  assert len(list(folder.glob("*.emb"))) == 4
 
 
 def test_crlf_file_offsets_index_the_file(files, tmp_path):
