@@ -50,8 +50,8 @@ def add_serve_parser(sub) -> None:
   p.add_argument("--max-programs", type=arg_whole, default=DEFAULT_MAX_PROGRAMS, metavar="N",
                  help="compiled programs kept in memory; once N were loaded the server frees "
                       "them all and the next requests load them again from the compile cache "
-                      f"(default {DEFAULT_MAX_PROGRAMS}: each takes ~270 memory mappings, and "
-                      "Linux stops a process at 65,530)")
+                      f"(default {DEFAULT_MAX_PROGRAMS}: each takes up to ~270 memory "
+                      "mappings, and Linux stops a process at 65,530)")
   p.add_argument("--no-compile-cache", action="store_true",
                  help="do not keep compiled programs in the persistent cache")
   p.set_defaults(func=cmd_serve, max_tokens=None, quiet=True, no_embedding_cache=True)

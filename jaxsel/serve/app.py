@@ -449,7 +449,7 @@ def create_app(pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
     body_timeout_s: a request whose body stops arriving for this long gets a 408.
     max_programs: compiled programs the server keeps; once that many were loaded it frees
       them all between two batches, and the next requests compile (or load from the
-      persistent cache) what they need. Each holds ~270 memory mappings on CPU, and a
+      persistent cache) what they need. Each holds up to ~270 memory mappings on CPU, and a
       process past the system's limit (Linux: 65,530) aborts inside the compiler.
 
   `app.state.stopping` (an `asyncio.Event`) set by the server when it starts to shut down

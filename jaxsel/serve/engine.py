@@ -26,8 +26,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 import jaxsel
-from jaxsel.serve.programs import ProgramBound
 from jaxsel.defaults import DEFAULT_GRANULARITY, DEFAULT_MAX_PROGRAMS
+from jaxsel.serve.programs import ProgramBound
 
 log = logging.getLogger("jaxsel.serve")
 
