@@ -75,3 +75,33 @@ def test_the_guide_is_the_passage_search_for_two_without_a_budget(pipe, monkeypa
   assert seen and all(g is None for g in seen)
   with pytest.raises(ValueError, match="guide"):
     pipe.replace(guide=-1)
+
+
+def test_an_index_sources_guide_uses_the_passages_embeddings_the_index_holds(pipe, monkeypatch):
+  """Over an index the guide searches the hits with the index's own embeddings: the request
+  embeds its sentences (and its query) and no whole passage, and the guide's picks are the
+  passage search's over the index."""
+  from jaxsel._src.pipeline import embedding
+  from jaxsel._src.pipeline import guide as guide_lib
+  index = pipe.build_index(DOCS)
+  embedded, guides = [], []
+  real_embed, real_requests = embedding.Embedder.embed, guide_lib.requests
+  monkeypatch.setattr(embedding.Embedder, "embed", lambda self, texts, role="passage": (
+      embedded.extend(texts) or real_embed(self, texts, role)))
+
+  def requests(p, prepared):
+    out = real_requests(p, prepared)
+    guides.extend(out)
+    return out
+
+  monkeypatch.setattr(guide_lib, "requests", requests)
+  res = pipe.select(Q, index, budget=120, granularity="sentence")
+  assert res.cost <= 120 and len(guides) == 1
+  g = guides[0]
+  sentences = {p.sent_text for p in granularity.sentences(g.candidates.passages, pipe.tokenizer)[0]}
+  assert embedded and set(embedded) <= sentences | {Q}
+  rows = [next(i for i, t in enumerate(index.texts) if t == p.text) for p in g.candidates.passages]
+  assert np.array_equal(g.candidates.embeddings, np.asarray(index.embeddings)[rows])
+  want = pipe.replace(top_up=False).select(Q, index, budget=None, k=2, granularity="passage")
+  solved = guide_lib.solve(pipe.config, [g])[0]
+  assert [g.candidates.passages[m].text for m in solved] == [p.text for p in want.passages]

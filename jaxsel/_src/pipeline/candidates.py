@@ -38,6 +38,9 @@ class Candidates(NamedTuple):
   # the [M] passages; None at "passage".
   parents: Optional[np.ndarray] = None
   units: Optional[list] = None
+  # granularity="sentence": the [M] passages' own (embeddings, symmetric) `[M, D]` where the
+  # source had them (an index's), so the passage guide (`guide.py`) need not embed them again.
+  units_embedded: Optional[tuple] = None
 
   @property
   def costs(self) -> np.ndarray:
@@ -113,9 +116,10 @@ def from_documents(source, split) -> Candidates:
 
 def expanded(cands: Candidates, expand) -> Candidates:
   """`cands` cut finer by `expand(passages) -> (candidates, parents, passages)`
-  (`granularity.sentences`), not yet embedded."""
+  (`granularity.sentences`), not yet embedded; the passages keep the embeddings they had."""
   passages, parents, units = expand(cands.passages)
-  return Candidates(passages, None, None, cands.documents, None, parents, units)
+  whole = None if cands.embeddings is None else (cands.embeddings, cands.symmetric)
+  return Candidates(passages, None, None, cands.documents, None, parents, units, whole)
 
 
 def embedded(cands: Candidates, embedder: Embedder, *, late_chunking: bool) -> Candidates:

@@ -11,8 +11,9 @@ two hops) and no budget: no cost steers this search to short passages (2WikiMult
 paragraphs are long and its distractors short). The top-up sends the guide's lead sentences
 right after the pinned picks and completes the guide's passages before the searched ones.
 Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
-each passage beside its sentences (cached like any other) and a second, small solve per
-request, batched with the other requests' guides.
+each passage beside its sentences (cached like any other; none for an index's passages, whose
+embeddings the index holds) and a second, small solve per request, batched with the other
+requests' guides.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def requests(pipe, prepared: Sequence[Prepared]) -> list:
       out.append(None)
       continue
     c = r.candidates
-    whole = cands_lib.Candidates(
-        list(c.units), None, None, c.documents,
-        sent=np.asarray([p.tokens for p in c.units], np.float32))
+    e, sym = c.units_embedded or (None, None)  # an index's passages: as it holds them
+    whole = cands_lib.Candidates(list(c.units), e, sym, c.documents,
+                                 sent=np.asarray([p.tokens for p in c.units], np.float32))
     whole = cands_lib.embedded(whole, pipe.embedder, late_chunking=pipe.late_chunking)
     request = request_lib.Request(r.queries, granularity="passage",
                                   k=min(cfg.guide, len(c.units)))
