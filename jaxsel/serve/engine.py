@@ -112,8 +112,10 @@ class Engine:
 
   def __init__(self, pipeline: "jaxsel.Pipeline", *, method: Optional[str] = None,
                max_batch: int = 32, max_programs: int = DEFAULT_MAX_PROGRAMS):
-    # The cache keeps every text of a batch (two entries a request: its documents and its
-    # query), so the cosines of a ranking read them back.
+    # The cache keeps the texts of a batch (a ranking's two entries: its documents and its
+    # query), so the cosines of a ranking read them back. A sentence selection adds its
+    # guide's passages and text signals: in a full batch of those a ranking's documents may
+    # be embedded again (the same cosines, more time); entries are not bounded in bytes.
     self.pipeline = pipeline.replace(cache_size=max(pipeline.config.cache_size, 4 * max_batch),
                                      solve_rows=SOLVE_ROWS)
     self.method = method or pipeline.method or jaxsel.default_method(True)
