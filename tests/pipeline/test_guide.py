@@ -97,11 +97,45 @@ def test_an_index_sources_guide_uses_the_passages_embeddings_the_index_holds(pip
   monkeypatch.setattr(guide_lib, "requests", requests)
   res = pipe.select(Q, index, budget=120, granularity="sentence")
   assert res.cost <= 120 and len(guides) == 1
-  g = guides[0]
+  g, rows = guides[0]
+  assert rows.tolist() == list(range(len(g.candidates.passages)))  # all: a narrow request
   sentences = {p.sent_text for p in granularity.sentences(g.candidates.passages, pipe.tokenizer)[0]}
   assert embedded and set(embedded) <= sentences | {Q}
   rows = [next(i for i, t in enumerate(index.texts) if t == p.text) for p in g.candidates.passages]
   assert np.array_equal(g.candidates.embeddings, np.asarray(index.embeddings)[rows])
   want = pipe.replace(top_up=False).select(Q, index, budget=None, k=2, granularity="passage")
-  solved = guide_lib.solve(pipe.config, [g])[0]
+  solved = guide_lib.solve(pipe.config, guides)[0]
   assert [g.candidates.passages[m].text for m in solved] == [p.text for p in want.passages]
+
+
+def test_a_request_wider_than_the_search_guides_with_the_passages_it_searches(pipe, monkeypatch):
+  """Over more sentences than CORAG searches (`search_width`), the guide embeds and searches
+  only the passages of the sentences it searches, and its picks name those passages."""
+  from jaxsel._src.pipeline import embedding
+  from jaxsel._src.pipeline import guide as guide_lib
+  narrow = pipe.replace(search_width=6)
+  embedded, guides, seen = [], [], []
+  real_embed, real_requests, real_fill = (embedding.Embedder.embed, guide_lib.requests,
+                                          granularity.fill)
+  monkeypatch.setattr(embedding.Embedder, "embed", lambda self, texts, role="passage": (
+      embedded.extend(texts) or real_embed(self, texts, role)))
+
+  def requests(p, prepared):
+    guides.append((prepared[0], p.split(DOCS, budget=120)))
+    return real_requests(p, prepared)
+
+  monkeypatch.setattr(guide_lib, "requests", requests)
+  monkeypatch.setattr(granularity, "fill",
+                      lambda *a, **kw: seen.append(kw["guide"]) or real_fill(*a, **kw))
+  res = narrow.select(Q, DOCS, budget=120, granularity="sentence")
+  assert res.cost <= 120
+  (r, whole), = guides
+  c = r.candidates
+  assert r.searched is not None and len(r.searched) == 6
+  rows = sorted({int(c.parents[i]) for i in r.searched})
+  assert len(rows) < len(c.units)  # some passages have no searched sentence
+  wide = {p.sent_text for p in c.units} - {c.units[m].sent_text for m in rows}
+  sentences = {p.sent_text for p in c.passages}
+  assert wide - sentences and not (wide - sentences) & set(embedded)  # never embedded whole
+  for guide in seen:
+    assert 1 <= len(guide) <= 2 and set(int(m) for m in guide) <= set(rows)

@@ -13,7 +13,8 @@ right after the pinned picks and completes the guide's passages before the searc
 Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
 each passage beside its sentences (cached like any other; none for an index's passages, whose
 embeddings the index holds) and a second, small solve per request, batched with the other
-requests' guides.
+requests' guides. A request of more sentences than CORAG searches (`search_width`: a
+reranking request of 1,000 documents) guides with the passages of the sentences it searches.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ from jaxsel._src.pipeline.request import Prepared
 
 
 def requests(pipe, prepared: Sequence[Prepared]) -> list:
-  """Each request's guide: its passages as a `Prepared` request for `pipe.config.guide` of
-  them without a budget, or None (not a CORAG request at sentence granularity with a top-up
-  and a query, or `guide` 0)."""
+  """Each request's guide: `(request, rows)`, its passages `rows` (`[M']` indices of its
+  passages) as a `Prepared` request for `pipe.config.guide` of them without a budget, or None
+  (not a CORAG request at sentence granularity with a top-up and a query, or `guide` 0). The
+  rows are every passage, or on a request wider than the search (`Prepared.searched`: a
+  reranking request's thousands of sentences) the passages of the sentences it searches: the
+  others are neither embedded nor searched."""
   cfg = pipe.config
   out = []
   for r in prepared:
@@ -40,26 +44,32 @@ def requests(pipe, prepared: Sequence[Prepared]) -> list:
       out.append(None)
       continue
     c = r.candidates
+    rows = (np.arange(len(c.units)) if r.searched is None
+            else np.unique(np.asarray(c.parents)[np.asarray(r.searched)]))
+    units = [c.units[m] for m in rows]
     e, sym = c.units_embedded or (None, None)  # an index's passages: as it holds them
-    whole = cands_lib.Candidates(list(c.units), e, sym, c.documents,
-                                 sent=np.asarray([p.tokens for p in c.units], np.float32))
+    whole = cands_lib.Candidates(units, None if e is None else e[rows],
+                                 None if sym is None else sym[rows], c.documents,
+                                 sent=np.asarray([p.tokens for p in units], np.float32))
     whole = cands_lib.embedded(whole, pipe.embedder, late_chunking=pipe.late_chunking)
-    request = request_lib.Request(r.queries, granularity="passage",
-                                  k=min(cfg.guide, len(c.units)))
-    out.append(request_lib.ready(pipe, request, whole, r.query_embeddings, float("inf"), None))
+    request = request_lib.Request(r.queries, granularity="passage", k=min(cfg.guide, len(units)))
+    out.append((request_lib.ready(pipe, request, whole, r.query_embeddings, float("inf"), None),
+                rows))
   return out
 
 
-def solve(cfg, guides: Sequence[Optional[Prepared]]) -> list:
+def solve(cfg, guides: Sequence[Optional[tuple]]) -> list:
   """The passages each guide's search picked, in order (`[G]` indices of its request's
-  passages), or None where there is no guide. The guides are solved together, without
-  CORAG's top-up: they name the passages the search found, no more."""
+  passages), or None where there is no guide. The guides (`requests`) are solved together,
+  without CORAG's top-up: they name the passages the search found, no more."""
   rows = [i for i, g in enumerate(guides) if g is not None]
   out = [None] * len(guides)
   if not rows:
     return out
-  solved = batch_lib.solve(cfg.replace(top_up=False), [guides[i] for i in rows], min_gain=None)
+  solved = batch_lib.solve(cfg.replace(top_up=False), [guides[i][0] for i in rows],
+                           min_gain=None)
   for i, o in zip(rows, solved):
-    order, _, _ = solve_lib.picks(o, n=len(guides[i].candidates.passages), k=guides[i].k)
-    out[i] = order
+    request, units = guides[i]
+    order, _, _ = solve_lib.picks(o, n=len(request.candidates.passages), k=request.k)
+    out[i] = units[np.asarray(order, np.int64)]
   return out
