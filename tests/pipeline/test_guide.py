@@ -101,8 +101,8 @@ def test_an_index_sources_guide_uses_the_passages_embeddings_the_index_holds(pip
   assert rows.tolist() == list(range(len(g.candidates.passages)))  # all: a narrow request
   sentences = {p.sent_text for p in granularity.sentences(g.candidates.passages, pipe.tokenizer)[0]}
   assert embedded and set(embedded) <= sentences | {Q}
-  rows = [next(i for i, t in enumerate(index.texts) if t == p.text) for p in g.candidates.passages]
-  assert np.array_equal(g.candidates.embeddings, np.asarray(index.embeddings)[rows])
+  held = [next(i for i, t in enumerate(index.texts) if t == p.text) for p in g.candidates.passages]
+  assert np.array_equal(g.candidates.embeddings, np.asarray(index.embeddings)[held])
   want = pipe.replace(top_up=False).select(Q, index, budget=None, k=2, granularity="passage")
   solved = guide_lib.solve(pipe.config, guides)[0]
   assert [g.candidates.passages[m].text for m in solved] == [p.text for p in want.passages]
@@ -121,7 +121,7 @@ def test_a_request_wider_than_the_search_guides_with_the_passages_it_searches(pi
       embedded.extend(texts) or real_embed(self, texts, role)))
 
   def requests(p, prepared):
-    guides.append((prepared[0], p.split(DOCS, budget=120)))
+    guides.extend(prepared)
     return real_requests(p, prepared)
 
   monkeypatch.setattr(guide_lib, "requests", requests)
@@ -129,7 +129,7 @@ def test_a_request_wider_than_the_search_guides_with_the_passages_it_searches(pi
                       lambda *a, **kw: seen.append(kw["guide"]) or real_fill(*a, **kw))
   res = narrow.select(Q, DOCS, budget=120, granularity="sentence")
   assert res.cost <= 120
-  (r, whole), = guides
+  r, = guides
   c = r.candidates
   assert r.searched is not None and len(r.searched) == 6
   rows = sorted({int(c.parents[i]) for i in r.searched})

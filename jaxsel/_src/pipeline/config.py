@@ -78,7 +78,9 @@ class PipelineConfig:
       completes them before the searched passages (`guide.py`; 0: off). Measured in
       `training/RESULTS.md` (Granularity, the passage guide): +3.5 to +7 points of
       supporting-fact joint at 256-384 tokens on held-out HotpotQA-hard, for 2.35x the time
-      of an uncached request (every passage embedded too; `bench/RESULTS.md`).
+      of an uncached 10-paragraph request of documents (every passage embedded too; an
+      index's passages are not, and a request wider than `search_width` embeds only the
+      passages of the sentences it searches; `bench/RESULTS.md`).
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
     min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
       picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.

@@ -47,9 +47,9 @@ def requests(pipe, prepared: Sequence[Prepared]) -> list:
     rows = (np.arange(len(c.units)) if r.searched is None
             else np.unique(np.asarray(c.parents)[np.asarray(r.searched)]))
     units = [c.units[m] for m in rows]
-    e, sym = c.units_embedded or (None, None)  # an index's passages: as it holds them
-    whole = cands_lib.Candidates(units, None if e is None else e[rows],
-                                 None if sym is None else sym[rows], c.documents,
+    held = (None, None) if c.units_embedded is None else tuple(  # an index's, as it holds them
+        a[rows] for a in c.units_embedded)
+    whole = cands_lib.Candidates(units, *held, c.documents,
                                  sent=np.asarray([p.tokens for p in units], np.float32))
     whole = cands_lib.embedded(whole, pipe.embedder, late_chunking=pipe.late_chunking)
     request = request_lib.Request(r.queries, granularity="passage", k=min(cfg.guide, len(units)))
@@ -62,14 +62,14 @@ def solve(cfg, guides: Sequence[Optional[tuple]]) -> list:
   """The passages each guide's search picked, in order (`[G]` indices of its request's
   passages), or None where there is no guide. The guides (`requests`) are solved together,
   without CORAG's top-up: they name the passages the search found, no more."""
-  rows = [i for i, g in enumerate(guides) if g is not None]
+  present = [i for i, g in enumerate(guides) if g is not None]
   out = [None] * len(guides)
-  if not rows:
+  if not present:
     return out
-  solved = batch_lib.solve(cfg.replace(top_up=False), [guides[i][0] for i in rows],
+  solved = batch_lib.solve(cfg.replace(top_up=False), [guides[i][0] for i in present],
                            min_gain=None)
-  for i, o in zip(rows, solved):
-    request, units = guides[i]
+  for i, o in zip(present, solved):
+    request, rows = guides[i]
     order, _, _ = solve_lib.picks(o, n=len(request.candidates.passages), k=request.k)
-    out[i] = units[np.asarray(order, np.int64)]
+    out[i] = rows[np.asarray(order, np.int64)]
   return out
