@@ -46,6 +46,24 @@ def test_without_a_guide_the_fill_is_as_before_and_pinned_picks_stay_first():
   assert fill(40, guide=[2], constraints=pinned)[0].tolist() == [4, 6, 3, 7]
 
 
+def test_the_guides_passages_go_whole_first_when_they_cost_a_share_of_the_budget_or_less():
+  # Passages 2 and 0 (sentences 6, 7 and 0, 1, 2) cost 50: at most 0.7 x 80, so they are sent
+  # whole, then the searched pick (4), its passage's lead (3) and the rest of it (5).
+  order, gains, curve = fill(80, guide=[2, 0], whole=0.7)
+  assert order.tolist() == [6, 7, 0, 1, 2, 4, 3, 5]
+  assert gains.tolist() == pytest.approx([0, 0, 0, 0, 0, 0.7, 0, 0])
+  assert curve.tolist() == pytest.approx([0, 0, 0, 0, 0, 0.7, 0.7, 0.7])
+  # Above the share (50 > 0.7 x 60) the fill is the leads-first one; 0 never sends them whole.
+  for a, b in zip(fill(60, guide=[2, 0], whole=0.7), fill(60, guide=[2, 0])):
+    assert np.array_equal(a, b)
+  # A searched pick that no longer fits after them is not sent.
+  assert fill(55, guide=[2, 0], whole=1.0)[0].tolist() == [6, 7, 0, 1, 2]
+  # Pinned picks stay first; the pinned pick's passage is then completed.
+  pinned = (np.asarray([4]), np.full(8, -1, np.int32), 0)
+  assert fill(80, guide=[2, 0], whole=0.7, constraints=pinned)[0].tolist() == [
+      4, 6, 7, 0, 1, 2, 3, 5]
+
+
 @pytest.fixture(scope="module")
 def pipe():
   return jaxsel.Pipeline(jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2"))
@@ -75,6 +93,39 @@ def test_the_guide_is_the_passage_search_for_two_without_a_budget(pipe, monkeypa
   assert seen and all(g is None for g in seen)
   with pytest.raises(ValueError, match="guide"):
     pipe.replace(guide=-1)
+
+
+def test_a_budget_that_holds_the_guides_passages_gets_them_whole_first(pipe, monkeypatch):
+  """With room for the guide's passages (their sentences at most `guide_whole` of the budget)
+  the top-up sends all their sentences first and the context opens with them whole, as the
+  document holds them; `guide_whole=0` sends their lead sentences first instead."""
+  seen = []
+  real = granularity.fill
+
+  def spy(*a, **kw):
+    out = real(*a, **kw)
+    seen.append((kw["guide"], kw["whole"], np.asarray(kw["parents"]), out[0]))
+    return out
+
+  monkeypatch.setattr(granularity, "fill", spy)
+  whole = pipe.split(DOCS, budget=400)
+  res = pipe.select(Q, DOCS, budget=400, granularity="sentence")
+  guide, share, parents, order = seen[0]
+  assert share == pipe.config.guide_whole == 0.7 and len(guide) == 2
+  assert sum(whole[m].tokens for m in guide) <= 0.7 * 400
+  n = int(np.isin(parents, guide).sum())
+  sent_whole = [m for m in guide for _ in range(np.sum(parents == m))]
+  assert parents[order[:n]].tolist() == sent_whole
+  assert [(p.doc, p.start, p.end) for p in res.passages[:2]] == [
+      (whole[m].doc, whole[m].start, whole[m].end) for m in guide]
+  assert res.cost <= 400
+  seen.clear()
+  pipe.replace(guide_whole=0.0).select(Q, DOCS, budget=400, granularity="sentence")
+  guide, share, parents, order = seen[0]
+  assert share == 0.0 and order[0] == np.flatnonzero(parents == guide[0])[0]  # its lead
+  assert parents[order[:n]].tolist() != sent_whole
+  with pytest.raises(ValueError, match="guide_whole"):
+    pipe.replace(guide_whole=1.5)
 
 
 def test_an_index_sources_guide_uses_the_passages_embeddings_the_index_holds(pipe, monkeypatch):

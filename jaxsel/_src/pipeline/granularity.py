@@ -230,14 +230,16 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
          constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None,
          links: Optional[np.ndarray] = None, groups: Optional[np.ndarray] = None,
-         guide: Optional[Sequence[int]] = None) -> tuple:
+         guide: Optional[Sequence[int]] = None, whole: float = 0.0) -> tuple:
   """CORAG's top-up at sentence granularity. In order, each taken while it fits the budget
   (its `costs` `[N]`), `k` passages and its group's cap of passages (`constraints`, `Units`)
   and is not to be skipped (`skip` `[N]` bool: `candidates.repeats`):
 
   1. the searched `order` `[T]` (always: it fits), the lead (first) sentence of each `guide`
      passage (the passages a search over whole passages chose, `guide.py`) sent after its
-     pinned picks and before the others;
+     pinned picks and before the others; or, when the `guide` passages' sentences cost at
+     most `whole` x `budget`, the pinned picks, every sentence of the guide's passages (sent
+     whole), then the other searched picks while they fit;
   2. the lead sentence of each passage the search picked from, then the first sentence of
      each group (a document or section) they name (`links` `[N, N]` and `groups` `[N]`, the
      text signals': sentence i names the lead entity of j's group, which is its first
@@ -252,19 +254,27 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   the next hop (the director of the film; a 2WikiMultihopQA fact is mostly the lead of each of
   2-4 passages, a HotpotQA fact the rest of two passages). -> (order, gains, curve) `[K]`: a
   searched pick keeps its gain and objective value, a filled one has gain 0 and the value the
-  search reached (a guide's lead: that of the pinned picks before it, else 0)."""
+  search reached (a guide's lead or whole passage: that of the pinned picks before it, else
+  0)."""
   order = [int(i) for i in order]
-  taken = set(order)  # the searched picks fit (the search and `within` saw to it)
-  spent = float(np.sum(costs[order])) if order else 0.0
-  units = Units(parents, k, constraints)
-  for i in order:
-    units.add(i)
+  pinned = set() if constraints is None else {int(i) for i in constraints[0]}
+  first = [t for t, i in enumerate(order) if i in pinned]
+  after = [t for t, i in enumerate(order) if i not in pinned]
   by_relevance = sorted(range(len(costs)), key=lambda i: (-float(relevance[i]), i))
   searched = list(dict.fromkeys(int(parents[i]) for i in order))
   lead = {}
   for i, m in enumerate(parents):
     lead.setdefault(int(m), i)
   guide = [int(m) for m in (() if guide is None else guide) if int(m) in lead]
+  guided = [i for m in guide for i in np.flatnonzero(np.asarray(parents) == m).tolist()]
+  sent_whole = bool(guided) and float(np.sum(costs[guided])) <= whole * budget
+  # The searched picks fit (the search and `within` saw to it); sent after the guide's
+  # passages whole, those past the budget are not.
+  held = [order[t] for t in (first if sent_whole else range(len(order)))]
+  taken, spent = set(held), float(np.sum(costs[held])) if held else 0.0
+  units = Units(parents, k, constraints)
+  for i in held:
+    units.add(i)
 
   def take(candidates) -> list:
     nonlocal spent
@@ -279,14 +289,16 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
       units.add(i)
     return out
 
-  leads = take([lead[m] for m in guide])
+  leads = take(guided if sent_whole else [lead[m] for m in guide])
+  if sent_whole:  # what is searched from: the pinned, the guide's and the kept picks' passages
+    kept = set(take([order[t] for t in after]))
+    after = [t for t in after if order[t] in kept]
+    searched = list(dict.fromkeys(int(parents[i]) for i in
+                                  [order[t] for t in first] + leads + [order[t] for t in after]))
   filled = take([lead[m] for m in searched]
                 + _linked_leads(searched, parents, links, groups, relevance)
                 + [i for m in guide + searched for i in by_relevance if parents[i] == m]
                 + by_relevance)
-  pinned = set() if constraints is None else {int(i) for i in constraints[0]}
-  first = [t for t, i in enumerate(order) if i in pinned]
-  after = [t for t, i in enumerate(order) if i not in pinned]
   before = float(curve[first[-1]]) if first else 0.0
   last = float(curve[-1]) if len(curve) else 0.0
   gains, curve = np.asarray(gains), np.asarray(curve)
@@ -313,7 +325,8 @@ def _linked_leads(searched: list, parents: np.ndarray, links, groups, relevance)
 def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
            parents: np.ndarray, budget: float, k: Optional[int], constraints: Optional[tuple],
            skip: Optional[np.ndarray], sent_cost=None, links: Optional[np.ndarray] = None,
-           groups: Optional[np.ndarray] = None, guide: Optional[Sequence[int]] = None):
+           groups: Optional[np.ndarray] = None, guide: Optional[Sequence[int]] = None,
+           whole: float = 0.0):
   """CORAG's top-up at sentence granularity (`fill` of the `searched` (order, gains, curve)),
   then the picks merged into the units sent (`build(order, gains, curve, budget=None)`, a
   `SelectionResult`). Sentences of one passage sent together cost less than apart (one prefix,
@@ -325,7 +338,7 @@ def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
   for _ in range(3):
     picks = fill(*searched, costs=costs, relevance=relevance, parents=parents,
                  budget=budget + spare, k=k, constraints=constraints, skip=skip, links=links,
-                 groups=groups, guide=guide)
+                 groups=groups, guide=guide, whole=whole)
     result = build(*picks, budget=None)  # untrimmed: the whole fill, or nothing of it
     sent = result.cost if sent_cost is None else sent_cost(result)
     if sent > budget or sent <= best_cost:
