@@ -75,7 +75,8 @@ class PipelineConfig:
       searched passages (`granularity.fill`).
     guide: at ``granularity="sentence"``, CORAG also searches the request's whole passages
       (no budget) for this many, and its top-up sends their lead sentences first and
-      completes them before the searched passages (`guide.py`; 0: off). Measured in
+      completes them before the searched passages, or sends them whole first
+      (`guide_whole`) (`guide.py`; 0: off). Measured in
       `training/RESULTS.md` (Granularity, the passage guide): +3.5 to +7 points of
       supporting-fact joint at 256-384 tokens on held-out HotpotQA-hard, for 2.35x the time
       of an uncached 10-paragraph request of documents (every passage embedded too; an

@@ -9,7 +9,8 @@ that passage. So the request's passages are also searched whole, with the same m
 scorer and text signals, for `PipelineConfig.guide` of them (default 2: a multi-hop question's
 two hops) and no budget: no cost steers this search to short passages (2WikiMultihopQA's gold
 paragraphs are long and its distractors short). The top-up sends the guide's lead sentences
-right after the pinned picks and completes the guide's passages before the searched ones.
+right after the pinned picks and completes the guide's passages before the searched ones, or,
+when the budget has room for them (`PipelineConfig.guide_whole`), sends them whole first.
 Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
 each passage beside its sentences (cached like any other; none for an index's passages, whose
 embeddings the index holds) and a second, small solve per request, batched with the other
