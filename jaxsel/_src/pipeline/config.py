@@ -86,9 +86,10 @@ class PipelineConfig:
       their sentences cost at most this share of the budget (the budget holds them with room
       for the search's picks; 0: never, their leads and rest then go where `guide` says).
       0.7 was set before it was measured, not tuned (`training/RESULTS.md`, Granularity, the
-      guide's passages sent whole): +1 to +2 points of supporting-fact joint on held-out
-      HotpotQA-hard at 384 tokens and +4 on split documents at 256 (questions 100-300), the
-      whole passages' numbers at 384; -3 to -4 on 2WikiMultihopQA split documents at 384.
+      guide's passages sent whole): on held-out HotpotQA-hard at 384 tokens +1 to +2 points of
+      supporting-fact joint on the first 100 questions and 0 to +0.5 on questions 100-300,
+      +4 on split documents at 256 (100-300); -3 to -4 on 2WikiMultihopQA split documents at
+      384.
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
     min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
       picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.
