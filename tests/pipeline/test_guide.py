@@ -49,18 +49,18 @@ def test_without_a_guide_the_fill_is_as_before_and_pinned_picks_stay_first():
 def test_the_guides_passages_go_whole_first_when_they_cost_a_share_of_the_budget_or_less():
   # Passages 2 and 0 (sentences 6, 7 and 0, 1, 2) cost 50: at most 0.7 x 80, so they are sent
   # whole, then the searched pick (4), its passage's lead (3) and the rest of it (5).
-  order, gains, curve = fill(80, guide=[2, 0], whole=0.7)
+  order, gains, curve = fill(80, guide=[2, 0], guide_whole=0.7)
   assert order.tolist() == [6, 7, 0, 1, 2, 4, 3, 5]
   assert gains.tolist() == pytest.approx([0, 0, 0, 0, 0, 0.7, 0, 0])
   assert curve.tolist() == pytest.approx([0, 0, 0, 0, 0, 0.7, 0.7, 0.7])
   # Above the share (50 > 0.7 x 60) the fill is the leads-first one; 0 never sends them whole.
-  for a, b in zip(fill(60, guide=[2, 0], whole=0.7), fill(60, guide=[2, 0])):
+  for a, b in zip(fill(60, guide=[2, 0], guide_whole=0.7), fill(60, guide=[2, 0])):
     assert np.array_equal(a, b)
   # A searched pick that no longer fits after them is not sent.
-  assert fill(55, guide=[2, 0], whole=1.0)[0].tolist() == [6, 7, 0, 1, 2]
+  assert fill(55, guide=[2, 0], guide_whole=1.0)[0].tolist() == [6, 7, 0, 1, 2]
   # Pinned picks stay first; the pinned pick's passage is then completed.
   pinned = (np.asarray([4]), np.full(8, -1, np.int32), 0)
-  assert fill(80, guide=[2, 0], whole=0.7, constraints=pinned)[0].tolist() == [
+  assert fill(80, guide=[2, 0], guide_whole=0.7, constraints=pinned)[0].tolist() == [
       4, 6, 7, 0, 1, 2, 3, 5]
 
 
@@ -104,7 +104,7 @@ def test_a_budget_that_holds_the_guides_passages_gets_them_whole_first(pipe, mon
 
   def spy(*a, **kw):
     out = real(*a, **kw)
-    seen.append((kw["guide"], kw["whole"], np.asarray(kw["parents"]), out[0]))
+    seen.append((kw["guide"], kw["guide_whole"], np.asarray(kw["parents"]), out[0]))
     return out
 
   monkeypatch.setattr(granularity, "fill", spy)

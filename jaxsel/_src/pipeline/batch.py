@@ -164,7 +164,7 @@ def result(cfg: PipelineConfig, counter, r: Prepared, out: solve_lib.Output, *,
     res = granularity_lib.top_up(
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0),
         parents=c.parents, budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
-        guide=guide, whole=cfg.guide_whole, **_links(r),
+        guide=guide, guide_whole=cfg.guide_whole, **_links(r),
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, counter))
   if r.candidates.sent is None:  # the caller's costs
     return res
