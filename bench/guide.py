@@ -1,8 +1,9 @@
 """The passage guide's cost (`PipelineConfig.guide`): `Pipeline(enc).select(question, paragraphs,
 budget=256)` on HotpotQA-hard questions (10 paragraphs each, sentence granularity), nothing
-cached (`cache_size=0`: every request embeds its texts), with the guide (the default) and
-without (`guide=0`), interleaved request by request; two rounds over the same questions, the
-first compiling the shapes it meets, the second what a warm process pays. `--index`: every
+cached (`cache_size=0`: every request embeds its texts), with the guide (the default), with it
+but no search for a further passage (`guide_extra=0`) and without it (`guide=0`), interleaved
+request by request; two rounds over the same questions, the first compiling the shapes it
+meets, the second what a warm process pays. `--index`: every
 question's paragraphs in one `VectorIndex` (`Pipeline.build_index`, built first and not timed),
 each question selecting from it (its hits, cut into sentences; the guide searches the hits with
 the embeddings the index holds).
@@ -33,6 +34,7 @@ def main() -> None:
   rows = [json.loads(line) for line in open(DATA)][400:400 + args.questions]
   enc = jaxsel.load_encoder(str(defaults.default_encoder_path()))
   pipes = {"guide=2 (default)": jaxsel.Pipeline(enc, cache_size=0),
+           "guide=2, guide_extra=0": jaxsel.Pipeline(enc, cache_size=0, guide_extra=0),
            "guide=0": jaxsel.Pipeline(enc, cache_size=0, guide=0)}
   print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; cpu "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "

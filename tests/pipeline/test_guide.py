@@ -1,7 +1,9 @@
 """The passage guide of a sentence request (`guide.py`, `granularity.fill(guide=...)`): the
 request's whole passages searched for `guide` of them without a budget; the top-up sends their
-lead sentences first and completes them before the searched passages."""
+lead sentences first and completes them before the searched passages, or sends them whole first
+and, when the budget holds it whole, the next passage of a search for one more."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from jaxsel._src.pipeline import granularity
 DOC = (Path(__file__).resolve().parents[2] / "jaxsel" / "data" / "hotpotqa_wiki.md").read_text(
     "utf-8")
 DOCS = [DOC[:2500], DOC[2500:5000]]
+SECTIONS = [s.strip() for s in re.split(r"\n(?=## )", DOC)[1:11]]  # ten titled paragraphs
 Q = "What government position was held by the woman who portrayed Corliss Archer?"
 
 PARENTS = np.asarray([0, 0, 0, 1, 1, 1, 2, 2], np.int32)
@@ -64,6 +67,19 @@ def test_the_guides_passages_go_whole_first_when_they_cost_a_share_of_the_budget
       4, 6, 7, 0, 1, 2, 3, 5]
 
 
+def test_a_further_passage_goes_whole_after_the_guides_when_the_budget_holds_it_whole():
+  # Passages 2 and 0 go whole (50 <= 0.7 x 80); passage 1 (30 more) fits the 80 whole: it
+  # follows them, and the searched pick (4), now inside it, is sent with it.
+  assert fill(80, guide=[2, 0], guide_whole=0.7, extra=[1])[0].tolist() == [
+      6, 7, 0, 1, 2, 3, 4, 5]
+  # 80 > 75: not whole, so not at all ahead of the searched pick; nor when the guide's
+  # passages do not go whole (50 > 0.7 x 60).
+  for budget in (75, 60):
+    for a, b in zip(fill(budget, guide=[2, 0], guide_whole=0.7, extra=[1]),
+                    fill(budget, guide=[2, 0], guide_whole=0.7)):
+      assert np.array_equal(a, b)
+
+
 @pytest.fixture(scope="module")
 def pipe():
   return jaxsel.Pipeline(jaxsel.load_encoder("sentence-transformers/all-MiniLM-L6-v2"))
@@ -91,6 +107,8 @@ def test_the_guide_is_the_passage_search_for_two_without_a_budget(pipe, monkeypa
   seen.clear()
   pipe.replace(guide=0).select(Q, DOCS, budget=120, granularity="sentence")
   assert seen and all(g is None for g in seen)
+  with pytest.raises(ValueError, match="guide_extra"):
+    pipe.replace(guide_extra=-1)
   with pytest.raises(ValueError, match="guide"):
     pipe.replace(guide=-1)
 
@@ -104,24 +122,34 @@ def test_a_budget_that_holds_the_guides_passages_gets_them_whole_first(pipe, mon
 
   def spy(*a, **kw):
     out = real(*a, **kw)
-    seen.append((kw["guide"], kw["guide_whole"], np.asarray(kw["parents"]), out[0]))
+    seen.append((kw["guide"], kw["guide_whole"], kw["extra"], np.asarray(kw["parents"]),
+                 out[0]))
     return out
 
   monkeypatch.setattr(granularity, "fill", spy)
-  whole = pipe.split(DOCS, budget=400)
-  res = pipe.select(Q, DOCS, budget=400, granularity="sentence")
-  guide, share, parents, order = seen[0]
+  whole = pipe.split(SECTIONS, budget=400)
+  span = lambda p: (p.doc, p.start, p.end)  # noqa: E731
+  res = pipe.select(Q, SECTIONS, budget=400, granularity="sentence")
+  guide, share, extra, parents, order = seen[0]
   assert share == pipe.config.guide_whole == 0.7 and len(guide) == 2
   assert sum(whole[m].tokens for m in guide) <= 0.7 * 400
-  n = int(np.isin(parents, guide).sum())
-  sent_whole = [m for m in guide for _ in range(np.sum(parents == m))]
+  # The further passage: the first beyond the guide's that the same search for 3 picks; the
+  # three (pieces of at most 128 tokens) fit 400 whole, so the context opens with them.
+  three = pipe.replace(top_up=False).select(Q, SECTIONS, budget=None, k=3, granularity="passage")
+  beyond = [p for p in three.passages if span(p) not in {span(whole[m]) for m in guide}]
+  assert len(extra) == pipe.config.guide_extra == 1 and span(whole[extra[0]]) == span(beyond[0])
+  first = list(guide) + list(extra)
+  n = int(np.isin(parents, first).sum())
+  sent_whole = [m for m in first for _ in range(np.sum(parents == m))]
   assert parents[order[:n]].tolist() == sent_whole
-  assert [(p.doc, p.start, p.end) for p in res.passages[:2]] == [
-      (whole[m].doc, whole[m].start, whole[m].end) for m in guide]
+  assert [span(p) for p in res.passages[:3]] == [span(whole[m]) for m in first]
   assert res.cost <= 400
   seen.clear()
-  pipe.replace(guide_whole=0.0).select(Q, DOCS, budget=400, granularity="sentence")
-  guide, share, parents, order = seen[0]
+  pipe.replace(guide_extra=0).select(Q, SECTIONS, budget=400, granularity="sentence")
+  assert len(seen[0][2]) == 0 and parents[seen[0][4][:n]].tolist() != sent_whole
+  seen.clear()
+  pipe.replace(guide_whole=0.0).select(Q, SECTIONS, budget=400, granularity="sentence")
+  guide, share, _, parents, order = seen[0]
   assert share == 0.0 and order[0] == np.flatnonzero(parents == guide[0])[0]  # its lead
   assert parents[order[:n]].tolist() != sent_whole
   with pytest.raises(ValueError, match="guide_whole"):
@@ -156,7 +184,7 @@ def test_an_index_sources_guide_uses_the_passages_embeddings_the_index_holds(pip
   assert np.array_equal(g.candidates.embeddings, np.asarray(index.embeddings)[held])
   want = pipe.replace(top_up=False).select(Q, index, budget=None, k=2, granularity="passage")
   solved = guide_lib.solve(pipe.config, guides)[0]
-  assert [g.candidates.passages[m].text for m in solved] == [p.text for p in want.passages]
+  assert [g.candidates.passages[m].text for m in solved.passages] == [p.text for p in want.passages]
 
 
 def test_a_request_wider_than_the_search_guides_with_the_passages_it_searches(pipe, monkeypatch):

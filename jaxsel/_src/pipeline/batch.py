@@ -125,9 +125,9 @@ def _links(r: Prepared) -> dict:
 
 
 def result(cfg: PipelineConfig, counter, r: Prepared, out: solve_lib.Output, *,
-           min_gain, guide: Optional[np.ndarray] = None) -> SelectionResult:
+           min_gain, guide=None) -> SelectionResult:
   """`r`'s `SelectionResult` from its solve's `out`, counted in `counter` as sent; at sentence
-  granularity CORAG's top-up sends the `guide` passages' sentences first (`guide.py`)."""
+  granularity CORAG's top-up sends the `guide`'s passages' sentences first (`guide.Guide`)."""
   passages, k = r.candidates.passages, r.k
   raise_if_nonfinite(out.nonfinite, solve_lib.BASELINE_SCORERS.get(cfg.method, r.scorer),
                      what=f"this request's {cfg.method!r} selection")
@@ -164,7 +164,8 @@ def result(cfg: PipelineConfig, counter, r: Prepared, out: solve_lib.Output, *,
     res = granularity_lib.top_up(
         build, (order, gains, curve), costs=c.costs, relevance=rel.max(axis=0),
         parents=c.parents, budget=r.budget, k=k, constraints=r.constraints, skip=r.repeats,
-        guide=guide, guide_whole=cfg.guide_whole, **_links(r),
+        guide=None if guide is None else guide.passages, guide_whole=cfg.guide_whole,
+        extra=None if guide is None else guide.extra, **_links(r),
         sent_cost=None if c.sent is None else lambda res: reader_lib.sent_cost(res, counter))
   if r.candidates.sent is None:  # the caller's costs
     return res

@@ -90,6 +90,10 @@ class PipelineConfig:
       supporting-fact joint on the first 100 questions and 0 to +0.5 on questions 100-300,
       +4 on split documents at 256 (100-300); -3 to -4 on 2WikiMultihopQA split documents at
       384.
+    guide_extra: when the guide's passages go whole, up to this many more passages (the next
+      ones a guide search for `guide` + `guide_extra` passages picks) are sent whole after
+      them while the budget holds them whole, before the searched sentences (0: off).
+      Measured in `training/RESULTS.md` (Granularity, a third passage sent whole).
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
     min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
       picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.
@@ -124,6 +128,7 @@ class PipelineConfig:
   top_up: bool = True
   guide: int = 2
   guide_whole: float = 0.7
+  guide_extra: int = 1
   max_depth: Optional[int] = None
   batch_size: int = 64
   progress: bool = False
@@ -145,7 +150,7 @@ class PipelineConfig:
       checks.integer(getattr(self, name), name)
     if self.max_depth is not None:
       checks.integer(self.max_depth, "max_depth")
-    for name in ("cache_size", "dense_limit", "widen_above", "guide"):
+    for name in ("cache_size", "dense_limit", "widen_above", "guide", "guide_extra"):
       checks.integer(getattr(self, name), name, low=0)
     checks.number(self.diversity, "diversity", 0.0, 1.0)
     checks.number(self.guide_whole, "guide_whole", 0.0, 1.0)

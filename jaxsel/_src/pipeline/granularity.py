@@ -230,7 +230,8 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
          relevance: np.ndarray, parents: np.ndarray, budget: float, k: Optional[int] = None,
          constraints: Optional[tuple] = None, skip: Optional[np.ndarray] = None,
          links: Optional[np.ndarray] = None, groups: Optional[np.ndarray] = None,
-         guide: Optional[Sequence[int]] = None, guide_whole: float = 0.0) -> tuple:
+         guide: Optional[Sequence[int]] = None, guide_whole: float = 0.0,
+         extra: Optional[Sequence[int]] = None) -> tuple:
   """CORAG's top-up at sentence granularity. In order, each taken while it fits the budget
   (its `costs` `[N]`), `k` passages and its group's cap of passages (`constraints`, `Units`)
   and is not to be skipped (`skip` `[N]` bool: `candidates.repeats`):
@@ -239,7 +240,8 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
      passage (the passages a search over whole passages chose, `guide.py`) sent after its
      pinned picks and before the others; or, when the `guide` passages' sentences cost at
      most `guide_whole` x `budget`, the pinned picks, every sentence of the guide's passages
-     (sent whole), then the other searched picks while they fit;
+     (sent whole), then each `extra` passage whole while the budget holds it whole (the next
+     passages of a longer guide search), then the other searched picks while they fit;
   2. the lead sentence of each passage the search picked from, then the first sentence of
      each group (a document or section) they name (`links` `[N, N]` and `groups` `[N]`, the
      text signals': sentence i names the lead entity of j's group, which is its first
@@ -268,6 +270,11 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   guide = [int(m) for m in (() if guide is None else guide) if int(m) in lead]
   guided = [i for m in guide for i in np.flatnonzero(np.asarray(parents) == m).tolist()]
   sent_whole = bool(guided) and float(np.sum(costs[guided])) <= guide_whole * budget
+  for m in (int(m) for m in (() if extra is None or not sent_whole else extra)):
+    more = np.flatnonzero(np.asarray(parents) == m).tolist() if m not in guide else []
+    if not more or float(np.sum(costs[guided + more])) > budget:
+      break
+    guide, guided = guide + [m], guided + more
   # The searched picks fit (the search and `within` saw to it); sent after the guide's
   # passages whole, those past the budget are not.
   held = [order[t] for t in (first if sent_whole else range(len(order)))]
@@ -326,7 +333,7 @@ def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
            parents: np.ndarray, budget: float, k: Optional[int], constraints: Optional[tuple],
            skip: Optional[np.ndarray], sent_cost=None, links: Optional[np.ndarray] = None,
            groups: Optional[np.ndarray] = None, guide: Optional[Sequence[int]] = None,
-           guide_whole: float = 0.0):
+           guide_whole: float = 0.0, extra: Optional[Sequence[int]] = None):
   """CORAG's top-up at sentence granularity (`fill` of the `searched` (order, gains, curve)),
   then the picks merged into the units sent (`build(order, gains, curve, budget=None)`, a
   `SelectionResult`). Sentences of one passage sent together cost less than apart (one prefix,
@@ -338,7 +345,7 @@ def top_up(build, searched: tuple, *, costs: np.ndarray, relevance: np.ndarray,
   for _ in range(3):
     picks = fill(*searched, costs=costs, relevance=relevance, parents=parents,
                  budget=budget + spare, k=k, constraints=constraints, skip=skip, links=links,
-                 groups=groups, guide=guide, guide_whole=guide_whole)
+                 groups=groups, guide=guide, guide_whole=guide_whole, extra=extra)
     result = build(*picks, budget=None)  # untrimmed: the whole fill, or nothing of it
     sent = result.cost if sent_cost is None else sent_cost(result)
     if sent > budget or sent <= best_cost:

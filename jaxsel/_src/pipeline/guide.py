@@ -10,7 +10,8 @@ scorer and text signals, for `PipelineConfig.guide` of them (default 2: a multi-
 two hops) and no budget: no cost steers this search to short passages (2WikiMultihopQA's gold
 paragraphs are long and its distractors short). The top-up sends the guide's lead sentences
 right after the pinned picks and completes the guide's passages before the searched ones, or,
-when the budget has room for them (`PipelineConfig.guide_whole`), sends them whole first.
+when the budget has room for them (`PipelineConfig.guide_whole`), sends them whole first,
+then the next passage of a search for one more (`guide_extra`) whole if the budget holds it.
 Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
 each passage beside its sentences (cached like any other; none for an index's passages, whose
 embeddings the index holds) and a second, small solve per request, batched with the other
@@ -20,7 +21,7 @@ reranking request of 1,000 documents) guides with the passages of the sentences 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -59,18 +60,36 @@ def requests(pipe, prepared: Sequence[Prepared]) -> list:
   return out
 
 
+class Guide(NamedTuple):
+  """A request's guide: the `passages` `[G]` its search picked, in order, and `extra` `[E]`:
+  the first `PipelineConfig.guide_extra` passages that a search for that many more picks
+  found beyond them (sent whole after the guide's when the budget holds them,
+  `granularity.fill`)."""
+  passages: np.ndarray
+  extra: np.ndarray
+
+
 def solve(cfg, guides: Sequence[Optional[tuple]]) -> list:
-  """The passages each guide's search picked, in order (`[G]` indices of its request's
-  passages), or None where there is no guide. The guides (`requests`) are solved together,
-  without CORAG's top-up: they name the passages the search found, no more."""
+  """Each request's `Guide`, or None where there is no guide. The guides (`requests`) are
+  solved together, without CORAG's top-up: they name the passages the search found, no more;
+  with `guide_extra`, each is also searched for that many more picks, in the same batch."""
   present = [i for i, g in enumerate(guides) if g is not None]
   out = [None] * len(guides)
   if not present:
     return out
-  solved = batch_lib.solve(cfg.replace(top_up=False), [guides[i][0] for i in present],
-                           min_gain=None)
-  for i, o in zip(present, solved):
-    request, rows = guides[i]
-    order, _, _ = solve_lib.picks(o, n=len(request.candidates.passages), k=request.k)
-    out[i] = rows[np.asarray(order, np.int64)]
+  asked = [guides[i][0] for i in present]
+  if cfg.guide_extra:
+    asked += [r._replace(k=min(r.k + cfg.guide_extra, len(r.candidates.passages)))
+              for r in asked]
+  solved = batch_lib.solve(cfg.replace(top_up=False), asked, min_gain=None)
+
+  def order(j: int) -> np.ndarray:
+    request, rows = asked[j], guides[present[j % len(present)]][1]
+    o, _, _ = solve_lib.picks(solved[j], n=len(request.candidates.passages), k=request.k)
+    return rows[np.asarray(o, np.int64)]
+
+  for j, i in enumerate(present):
+    picked = order(j)
+    longer = order(j + len(present)) if cfg.guide_extra else picked[:0]
+    out[i] = Guide(picked, longer[~np.isin(longer, picked)][:cfg.guide_extra])
   return out
