@@ -90,10 +90,13 @@ class PipelineConfig:
       supporting-fact joint on the first 100 questions and 0 to +0.5 on questions 100-300,
       +4 on split documents at 256 (100-300); -3 to -4 on 2WikiMultihopQA split documents at
       384.
-    guide_extra: when the guide's passages go whole, up to this many more passages (the next
-      ones a guide search for `guide` + `guide_extra` passages picks) are sent whole after
-      them while the budget holds them whole, before the searched sentences (0: off).
-      Measured in `training/RESULTS.md` (Granularity, a third passage sent whole).
+    guide_extra: when the guide's passages go whole, up to this many more passages (the first
+      ones beyond them that a guide search for `guide` + `guide_extra` passages picks) are
+      sent whole after them while the budget holds them whole, before the searched sentences
+      (0: off; `training/RESULTS.md`, Granularity, a further passage sent whole): +2 to +3
+      points of supporting-fact joint on held-out HotpotQA-hard at 384 tokens, where it
+      reaches whole paragraphs' numbers; -1.5 to -3 on 2WikiMultihopQA at 256. Costs a
+      second guide search, batched with the first.
     batch_size: texts per compiled encoder call; progress: show the encoder's progress bar.
     min_gain: a pick whose marginal gain is below it is not taken (the default 1e-6 drops
       picks that add nothing; None keeps filling the budget). Not applied to ``"corag"``.
