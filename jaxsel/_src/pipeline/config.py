@@ -78,7 +78,7 @@ class PipelineConfig:
       completes them before the searched passages, or sends them whole first
       (`guide_whole`) (`guide.py`; 0: off). Measured in
       `training/RESULTS.md` (Granularity, the passage guide): +3.5 to +7 points of
-      supporting-fact joint at 256-384 tokens on held-out HotpotQA-hard, for 2.35x the time
+      supporting-fact joint at 256-384 tokens on held-out HotpotQA-hard, for 2.26x the time
       of an uncached 10-paragraph request of documents (every passage embedded too; an
       index's passages are not, and a request wider than `search_width` embeds only the
       passages of the sentences it searches; `bench/RESULTS.md`).
