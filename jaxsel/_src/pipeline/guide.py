@@ -14,8 +14,8 @@ when the budget has room for them (`PipelineConfig.guide_whole`), sends them who
 then the next passage of a search for one more (`guide_extra`) whole if the budget holds it.
 Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
 each passage beside its sentences (cached like any other; none for an index's passages, whose
-embeddings the index holds) and a second, small solve per request, batched with the other
-requests' guides. A request of more sentences than CORAG searches (`search_width`: a
+embeddings the index holds) and two small solves per request (for `guide` passages and for
+`guide` + `guide_extra`), batched with the other requests' guides. A request of more sentences than CORAG searches (`search_width`: a
 reranking request of 1,000 documents) guides with the passages of the sentences it searches.
 """
 
