@@ -15,7 +15,7 @@ counted as sent (`reader.fit`).
 from __future__ import annotations
 
 import collections
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from jaxsel._src.pipeline import reader as reader_lib
 from jaxsel._src.pipeline import solve as solve_lib
 from jaxsel._src.pipeline.config import PipelineConfig
 from jaxsel._src.pipeline.request import Prepared
+
+if TYPE_CHECKING:  # guide.py imports this module
+  from jaxsel._src.pipeline.guide import Guide
 from jaxsel._src.pipeline.result import SelectionResult
 from jaxsel._src.search import raise_if_nonfinite
 
@@ -125,7 +128,7 @@ def _links(r: Prepared) -> dict:
 
 
 def result(cfg: PipelineConfig, counter, r: Prepared, out: solve_lib.Output, *,
-           min_gain, guide=None) -> SelectionResult:
+           min_gain, guide: Optional[Guide] = None) -> SelectionResult:
   """`r`'s `SelectionResult` from its solve's `out`, counted in `counter` as sent; at sentence
   granularity CORAG's top-up sends the `guide`'s passages' sentences first (`guide.Guide`)."""
   passages, k = r.candidates.passages, r.k

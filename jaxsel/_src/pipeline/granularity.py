@@ -264,14 +264,15 @@ def fill(order: np.ndarray, gains: np.ndarray, curve: np.ndarray, *, costs: np.n
   after = [t for t, i in enumerate(order) if i not in pinned]
   by_relevance = sorted(range(len(costs)), key=lambda i: (-float(relevance[i]), i))
   searched = list(dict.fromkeys(int(parents[i]) for i in order))
-  lead = {}
+  members = {}  # each passage's sentences, in order
   for i, m in enumerate(parents):
-    lead.setdefault(int(m), i)
-  guide = [int(m) for m in (() if guide is None else guide) if int(m) in lead]
-  guided = [i for m in guide for i in np.flatnonzero(np.asarray(parents) == m).tolist()]
+    members.setdefault(int(m), []).append(i)
+  lead = {m: sentences[0] for m, sentences in members.items()}
+  guide = [int(m) for m in (() if guide is None else guide) if int(m) in members]
+  guided = [i for m in guide for i in members[m]]
   sent_whole = bool(guided) and float(np.sum(costs[guided])) <= guide_whole * budget
   for m in (int(m) for m in (() if extra is None or not sent_whole else extra)):
-    more = np.flatnonzero(np.asarray(parents) == m).tolist() if m not in guide else []
+    more = [] if m in guide else members.get(m, [])
     if not more or float(np.sum(costs[guided + more])) > budget:
       break
     guide, guided = guide + [m], guided + more

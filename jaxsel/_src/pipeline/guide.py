@@ -15,8 +15,10 @@ then the next passage of a search for one more (`guide_extra`) whole if the budg
 Measured in `training/RESULTS.md` (Granularity, the passage guide). It costs an embedding of
 each passage beside its sentences (cached like any other; none for an index's passages, whose
 embeddings the index holds) and two small solves per request (for `guide` passages and for
-`guide` + `guide_extra`), batched with the other requests' guides. A request of more sentences than CORAG searches (`search_width`: a
-reranking request of 1,000 documents) guides with the passages of the sentences it searches.
+`guide` + `guide_extra`, the second only where the request has more passages than `guide`),
+batched with the other requests' guides. A request of more sentences than CORAG searches
+(`search_width`: a reranking request of 1,000 documents) guides with the passages of the
+sentences it searches.
 """
 
 from __future__ import annotations
@@ -78,18 +80,20 @@ def solve(cfg, guides: Sequence[Optional[tuple]]) -> list:
   if not present:
     return out
   asked = [guides[i][0] for i in present]
-  if cfg.guide_extra:
-    asked += [r._replace(k=min(r.k + cfg.guide_extra, len(r.candidates.passages)))
-              for r in asked]
-  solved = batch_lib.solve(cfg.replace(top_up=False), asked, min_gain=None)
+  # The search for more picks, where the request has more passages than the guide takes.
+  longer = {j: r._replace(k=min(r.k + cfg.guide_extra, len(r.candidates.passages)))
+            for j, r in enumerate(asked) if cfg.guide_extra and r.k < len(r.candidates.passages)}
+  solved = batch_lib.solve(cfg.replace(top_up=False), asked + list(longer.values()),
+                           min_gain=None)
+  solved_longer = dict(zip(longer, solved[len(asked):]))
 
-  def order(j: int) -> np.ndarray:
-    request, rows = asked[j], guides[present[j % len(present)]][1]
-    o, _, _ = solve_lib.picks(solved[j], n=len(request.candidates.passages), k=request.k)
-    return rows[np.asarray(o, np.int64)]
+  def order(request: Prepared, o, rows: np.ndarray) -> np.ndarray:
+    picks, _, _ = solve_lib.picks(o, n=len(request.candidates.passages), k=request.k)
+    return rows[np.asarray(picks, np.int64)]
 
   for j, i in enumerate(present):
-    picked = order(j)
-    longer = order(j + len(present)) if cfg.guide_extra else picked[:0]
-    out[i] = Guide(picked, longer[~np.isin(longer, picked)][:cfg.guide_extra])
+    rows = guides[i][1]
+    picked = order(asked[j], solved[j], rows)
+    more = order(longer[j], solved_longer[j], rows) if j in longer else picked[:0]
+    out[i] = Guide(picked, more[~np.isin(more, picked)][:cfg.guide_extra])
   return out
